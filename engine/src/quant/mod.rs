@@ -1,0 +1,238 @@
+//! GGUF block formats: the CPU reference dequantisation, bit-exact with ggml.
+//!
+//! Each `dequantize_*` follows ggml's `dequantize_row_*` (ref: ggml/src/ggml-quants.c) operation
+//! for operation, including the order of float multiplications, so the f32 results are identical
+//! bit for bit. The device kernels are tested against these functions.
+
+use half::{bf16, f16};
+
+use crate::gguf::GgmlType;
+
+/// Errors from dequantisation.
+#[derive(Debug, thiserror::Error)]
+pub enum QuantError {
+    /// The type has no dequantiser in this engine.
+    #[error("tensor type {0} is not supported (supported: F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K)")]
+    Unsupported(GgmlType),
+    /// Byte and weight counts disagree.
+    #[error("{ty}: {bytes} bytes cannot hold exactly {weights} weights")]
+    SizeMismatch {
+        /// Tensor type.
+        ty: GgmlType,
+        /// Bytes given.
+        bytes: usize,
+        /// Weights asked for.
+        weights: usize,
+    },
+}
+
+/// Weights per K-quant super-block.
+pub const QK_K: usize = 256;
+
+#[inline]
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+/// Dequantises `out.len()` weights of type `ty` from `bytes` into `out`.
+pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    if !ty.is_supported() {
+        return Err(QuantError::Unsupported(ty));
+    }
+    if ty.bytes_for(out.len() as u64) != Some(bytes.len() as u64) {
+        return Err(QuantError::SizeMismatch {
+            ty,
+            bytes: bytes.len(),
+            weights: out.len(),
+        });
+    }
+    let bs = ty.block_size() as usize;
+    let ts = ty.type_size() as usize;
+    let blocks = bytes.chunks_exact(ts).zip(out.chunks_exact_mut(bs));
+    match ty {
+        GgmlType::F32 => blocks.for_each(|(b, y)| y[0] = f32::from_le_bytes(b.try_into().unwrap())),
+        GgmlType::F16 => blocks.for_each(|(b, y)| y[0] = f16_at(b, 0)),
+        GgmlType::BF16 => blocks.for_each(|(b, y)| {
+            y[0] = bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+        }),
+        GgmlType::Q4_0 => blocks.for_each(|(b, y)| q4_0(b, y)),
+        GgmlType::Q5_0 => blocks.for_each(|(b, y)| q5_0(b, y)),
+        GgmlType::Q8_0 => blocks.for_each(|(b, y)| q8_0(b, y)),
+        GgmlType::Q4_K => blocks.for_each(|(b, y)| q4_k(b, y)),
+        GgmlType::Q5_K => blocks.for_each(|(b, y)| q5_k(b, y)),
+        GgmlType::Q6_K => blocks.for_each(|(b, y)| q6_k(b, y)),
+        _ => unreachable!("is_supported checked above"),
+    }
+    Ok(())
+}
+
+/// Dequantises a whole tensor into a new vector.
+pub fn dequantize_vec(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>, QuantError> {
+    let mut out = vec![0.0; n];
+    dequantize(ty, bytes, &mut out)?;
+    Ok(out)
+}
+
+/// `{f16 d; u8 qs[16]}`: nibble j is weight j, high nibble weight j+16, both offset by 8.
+fn q4_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qs = &b[2..18];
+    for j in 0..16 {
+        let x0 = (qs[j] & 0x0f) as i32 - 8;
+        let x1 = (qs[j] >> 4) as i32 - 8;
+        y[j] = x0 as f32 * d;
+        y[j + 16] = x1 as f32 * d;
+    }
+}
+
+/// `{f16 d; u8 qh[4]; u8 qs[16]}`: Q4_0 plus a fifth bit per weight from `qh`, offset by 16.
+fn q5_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    let qs = &b[6..22];
+    for j in 0..16 {
+        let xh0 = ((qh >> j) << 4) & 0x10;
+        let xh1 = (qh >> (j + 12)) & 0x10;
+        let x0 = ((qs[j] as u32 & 0x0f) | xh0) as i32 - 16;
+        let x1 = ((qs[j] as u32 >> 4) | xh1) as i32 - 16;
+        y[j] = x0 as f32 * d;
+        y[j + 16] = x1 as f32 * d;
+    }
+}
+
+/// `{f16 d; i8 qs[32]}`.
+fn q8_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for j in 0..32 {
+        y[j] = (b[2 + j] as i8) as f32 * d;
+    }
+}
+
+/// The 6-bit scale and min of sub-block `j` from the 12 packed bytes of Q4_K/Q5_K.
+/// ref: ggml-quants.c `get_scale_min_k4`.
+#[inline]
+pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// `{f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}`: 8 sub-blocks of 32 with 6-bit scales/mins.
+fn q4_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let min = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qs = &b[16..144];
+    for (n, chunk) in y.chunks_exact_mut(64).enumerate() {
+        let q = &qs[n * 32..n * 32 + 32];
+        let (sc, m) = scale_min_k4(2 * n, scales);
+        let (d1, m1) = (d * sc as f32, min * m as f32);
+        let (sc, m) = scale_min_k4(2 * n + 1, scales);
+        let (d2, m2) = (d * sc as f32, min * m as f32);
+        for l in 0..32 {
+            chunk[l] = d1 * (q[l] & 0x0f) as f32 - m1;
+            chunk[l + 32] = d2 * (q[l] >> 4) as f32 - m2;
+        }
+    }
+}
+
+/// `{f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}`: Q4_K plus a fifth bit from `qh`.
+fn q5_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let min = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qh = &b[16..48];
+    let qs = &b[48..176];
+    for (n, chunk) in y.chunks_exact_mut(64).enumerate() {
+        let ql = &qs[n * 32..n * 32 + 32];
+        let (u1, u2) = (1u8 << (2 * n), 2u8 << (2 * n));
+        let (sc, m) = scale_min_k4(2 * n, scales);
+        let (d1, m1) = (d * sc as f32, min * m as f32);
+        let (sc, m) = scale_min_k4(2 * n + 1, scales);
+        let (d2, m2) = (d * sc as f32, min * m as f32);
+        for l in 0..32 {
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+            chunk[l] = d1 * ((ql[l] & 0x0f) + h1) as f32 - m1;
+            chunk[l + 32] = d2 * ((ql[l] >> 4) + h2) as f32 - m2;
+        }
+    }
+}
+
+/// `{u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}`: 6-bit weights offset by 32, 16 scales.
+fn q6_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 208);
+    for (n, chunk) in y.chunks_exact_mut(128).enumerate() {
+        let ql = &b[n * 64..n * 64 + 64];
+        let qh = &b[128 + n * 32..128 + n * 32 + 32];
+        let sc = &b[192 + n * 8..192 + n * 8 + 8];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+            let s = |k: usize| sc[is + k] as i8 as f32;
+            chunk[l] = d * s(0) * q1 as f32;
+            chunk[l + 32] = d * s(2) * q2 as f32;
+            chunk[l + 64] = d * s(4) * q3 as f32;
+            chunk[l + 96] = d * s(6) * q4 as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Byte offsets of the f16 scale fields inside one block of `ty`.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// Random but well-formed blocks of `ty` holding `n` weights: every quant bit pattern occurs,
+/// while scales are finite f16 values in ±2^-4..2^-1 and float weights lie in ±1, so kernels are
+/// tested on all code paths without NaN or overflow.
+pub fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = crate::rng::SplitMix64::new(seed);
+    let size = ty
+        .bytes_for(n as u64)
+        .expect("n must be a whole number of blocks") as usize;
+    let mut bytes = vec![0u8; size];
+    rng.fill_bytes(&mut bytes);
+    let sane = |rng: &mut crate::rng::SplitMix64| {
+        let mag = 2f32.powf(-4.0 + 3.0 * rng.unit_f32());
+        if rng.next_u64() & 1 == 0 { mag } else { -mag }
+    };
+    match ty {
+        GgmlType::F32 => bytes
+            .chunks_exact_mut(4)
+            .for_each(|c| c.copy_from_slice(&(2.0 * rng.unit_f32() - 1.0).to_le_bytes())),
+        GgmlType::F16 => bytes.chunks_exact_mut(2).for_each(|c| {
+            c.copy_from_slice(&f16::from_f32(2.0 * rng.unit_f32() - 1.0).to_le_bytes())
+        }),
+        GgmlType::BF16 => bytes.chunks_exact_mut(2).for_each(|c| {
+            c.copy_from_slice(&bf16::from_f32(2.0 * rng.unit_f32() - 1.0).to_le_bytes())
+        }),
+        _ => {
+            for block in bytes.chunks_exact_mut(ty.type_size() as usize) {
+                for &at in f16_fields(ty) {
+                    let v = sane(&mut rng);
+                    // K-quant mins are subtracted, so keep dmin positive as real files do.
+                    let v = if at == 2 { v.abs() } else { v };
+                    block[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                }
+            }
+        }
+    }
+    bytes
+}
