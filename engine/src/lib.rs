@@ -2,6 +2,9 @@
 //! tokenizer, ReXVQA data and the benchmark's scoring. No UI code lives here.
 
 pub mod gguf;
+pub mod image;
 pub mod quant;
+pub mod rexvqa;
 pub mod rng;
+pub mod score;
 pub mod tokenizer;
