@@ -1,1 +1,6 @@
-fn main() {}
+//! Entry point of the UI thread: mounts the app.
+
+fn main() {
+    console_error_panic_hook::set_once();
+    leptos::mount::mount_to_body(rexvqa_app::ui::App);
+}

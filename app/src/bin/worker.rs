@@ -1,0 +1,5 @@
+//! Entry point of the engine Web Worker.
+
+fn main() {
+    rexvqa_app::worker::run();
+}
