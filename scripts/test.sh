@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every test: formatting, clippy (native and wasm32), native tests, wasm tests in
+# headless Chromium with WebGPU, and Playwright end-to-end tests against the built app.
+# Prints the time of each stage and a closing summary; exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+export PATH="$HOME/.cargo/bin:$ROOT/node_modules/.bin:$PATH"
+export REXVQA_CACHE="${REXVQA_CACHE:-$HOME/.cache/rexvqa-web}"
+export TRUNK_OFFLINE=true TRUNK_SKIP_VERSION_CHECK=true
+export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+chmod 700 "$XDG_RUNTIME_DIR"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+passed=0; failed=0; report=()
+stage() {
+  local name="$1"; shift
+  printf '\n\033[1m=== %s\033[0m\n' "$name"
+  local t0=$SECONDS
+  if "$@"; then passed=$((passed + 1)); report+=("ok    $(printf '%5ss' $((SECONDS - t0)))  $name")
+  else failed=$((failed + 1)); report+=("FAIL  $(printf '%5ss' $((SECONDS - t0)))  $name"); fi
+}
+
+stage "setup" scripts/setup.sh test || true
+stage "cargo fmt --check" cargo fmt --all --check
+stage "clippy (native)" cargo clippy --workspace --all-targets -- -D warnings
+stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p rexvqa-app --lib --bins -- -D warnings &&
+  cargo clippy --target wasm32-unknown-unknown -p rexvqa-engine --no-default-features --lib --test web -- -D warnings'
+stage "native tests" cargo test --workspace
+stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web
+stage "build app (trunk)" trunk build
+stage "end-to-end (Playwright)" node --test --test-concurrency=1 tests/e2e/
+
+printf '\n=== summary\n'
+printf '%s\n' "${report[@]}"
+printf 'total %ss\n' "$SECONDS"
+echo "stages: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
