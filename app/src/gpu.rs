@@ -60,7 +60,8 @@ pub async fn probe() -> Event {
         .filter_map(|v| v.as_string())
         .collect();
     let limits = get(&adapter, "limits");
-    let fallback = get(&info, "isFallbackAdapter").as_bool()
+    let fallback = get(&info, "isFallbackAdapter")
+        .as_bool()
         .or_else(|| get(&adapter, "isFallbackAdapter").as_bool())
         .unwrap_or(false);
     let parts: Vec<String> = ["vendor", "architecture", "device", "description"]
@@ -69,7 +70,11 @@ pub async fn probe() -> Event {
         .filter(|s| !s.is_empty())
         .collect();
     let mut report = AdapterReport {
-        name: if parts.is_empty() { "unnamed adapter".into() } else { parts.join(" / ") },
+        name: if parts.is_empty() {
+            "unnamed adapter".into()
+        } else {
+            parts.join(" / ")
+        },
         vendor: get_str(&info, "vendor"),
         architecture: get_str(&info, "architecture"),
         fallback,
@@ -113,6 +118,9 @@ pub async fn probe() -> Event {
 /// A readable message from a thrown JS value.
 pub fn describe(e: &JsValue) -> String {
     e.as_string()
-        .or_else(|| e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())))
+        .or_else(|| {
+            e.dyn_ref::<js_sys::Error>()
+                .map(|e| String::from(e.message()))
+        })
         .unwrap_or_else(|| format!("{e:?}"))
 }

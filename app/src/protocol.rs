@@ -79,9 +79,14 @@ mod tests {
 
     #[test]
     fn messages_round_trip_as_tagged_json() {
-        let e = Event::GpuUnavailable { reason: "no".into() };
+        let e = Event::GpuUnavailable {
+            reason: "no".into(),
+        };
         assert_eq!(e.to_json(), r#"{"type":"gpu_unavailable","reason":"no"}"#);
         assert_eq!(serde_json::from_str::<Event>(&e.to_json()).unwrap(), e);
-        assert_eq!(serde_json::from_str::<Request>(r#"{"type":"probe_gpu"}"#).unwrap(), Request::ProbeGpu);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"type":"probe_gpu"}"#).unwrap(),
+            Request::ProbeGpu
+        );
     }
 }

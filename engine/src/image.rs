@@ -49,7 +49,9 @@ pub struct Decoded {
 pub fn decode_png(bytes: &[u8]) -> Result<Decoded, ImageError> {
     let mut dec = png::Decoder::new(Cursor::new(bytes));
     dec.set_transformations(png::Transformations::EXPAND);
-    let mut reader = dec.read_info().map_err(|e| ImageError::Png(e.to_string()))?;
+    let mut reader = dec
+        .read_info()
+        .map_err(|e| ImageError::Png(e.to_string()))?;
     let (width, height) = (reader.info().width, reader.info().height);
     if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
         return Err(ImageError::BadSize {
@@ -209,9 +211,17 @@ fn coeffs(in_size: usize, out_size: usize) -> Coeffs {
             ww += w;
         }
         for x in 0..ksize {
-            let w = if x < xmax && ww != 0.0 { k[x] / ww } else { 0.0 };
+            let w = if x < xmax && ww != 0.0 {
+                k[x] / ww
+            } else {
+                0.0
+            };
             let f = w * (1i64 << PRECISION_BITS) as f64;
-            weights[xx * ksize + x] = if f < 0.0 { (f - 0.5) as i32 } else { (f + 0.5) as i32 };
+            weights[xx * ksize + x] = if f < 0.0 {
+                (f - 0.5) as i32
+            } else {
+                (f + 0.5) as i32
+            };
         }
         bounds.push((xmin, xmax));
     }
@@ -364,6 +374,9 @@ mod tests {
         }
         assert_eq!(resize_bilinear(&img, 7, 5), img);
         let p = preprocess(&img, 4);
-        assert!(p.iter().all(|&v| (v - (77.0 / 255.0 - 0.5) / 0.5).abs() < 1e-6));
+        assert!(
+            p.iter()
+                .all(|&v| (v - (77.0 / 255.0 - 0.5) / 0.5).abs() < 1e-6)
+        );
     }
 }

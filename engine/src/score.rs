@@ -35,7 +35,11 @@ pub fn extract_official(reply: &str) -> Option<Letter> {
         .trim()
         .chars()
         .flat_map(char::to_uppercase)
-        .find_map(|c| matches!(c, 'A'..='D').then(|| Letter::from_char(c)).flatten())
+        .find_map(|c| {
+            matches!(c, 'A'..='D')
+                .then(|| Letter::from_char(c))
+                .flatten()
+        })
 }
 
 static ROBUST: LazyLock<Vec<Regex>> = LazyLock::new(|| {
@@ -134,7 +138,11 @@ impl Cell {
             n,
             correct,
             failed,
-            accuracy: if n == 0 { 0.0 } else { correct as f64 / n as f64 },
+            accuracy: if n == 0 {
+                0.0
+            } else {
+                correct as f64 / n as f64
+            },
             ci_low,
             ci_high,
         }
@@ -253,7 +261,9 @@ pub fn leaderboard(
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MergeError {
     /// The same question in two files.
-    #[error("{count} questions appear in more than one shard file (e.g. {example} in {first} and {second}); merge refused")]
+    #[error(
+        "{count} questions appear in more than one shard file (e.g. {example} in {first} and {second}); merge refused"
+    )]
     Overlap {
         /// How many ids overlap.
         count: usize,
@@ -379,7 +389,10 @@ mod tests {
         assert_eq!(extract_robust("**D** because..."), Some(Letter::D));
         assert_eq!(extract_robust("C. Pleural effusion"), Some(Letter::C));
         assert_eq!(extract_robust("A is wrong; Answer: B"), Some(Letter::B));
-        assert_eq!(extract_robust("Option A looks likely, but answer: D"), Some(Letter::D));
+        assert_eq!(
+            extract_robust("Option A looks likely, but answer: D"),
+            Some(Letter::D)
+        );
         assert_eq!(extract_robust("a small effusion"), None);
         assert_eq!(extract_robust("I cannot tell"), None);
     }
@@ -388,7 +401,10 @@ mod tests {
     fn wilson_matches_published_values() {
         // Wilson 95% for 8/10: (0.4902, 0.9433) — e.g. Newcombe (1998) Table I.
         let (lo, hi) = wilson(8, 10);
-        assert!((lo - 0.4902).abs() < 1e-4 && (hi - 0.9433).abs() < 1e-4, "{lo} {hi}");
+        assert!(
+            (lo - 0.4902).abs() < 1e-4 && (hi - 0.9433).abs() < 1e-4,
+            "{lo} {hi}"
+        );
         let (lo, hi) = wilson(0, 10);
         assert!(lo == 0.0 && (hi - 0.2775).abs() < 1e-4);
         assert_eq!(wilson(0, 0), (0.0, 1.0));
@@ -414,7 +430,10 @@ mod tests {
             p("5", "T2", None, Some('A')),
         ];
         let r = report(&preds);
-        assert_eq!((r.overall.n, r.overall.correct, r.overall.failed), (4, 2, 1));
+        assert_eq!(
+            (r.overall.n, r.overall.correct, r.overall.failed),
+            (4, 2, 1)
+        );
         assert_eq!(r.overall.accuracy, 0.5);
         assert_eq!(r.per_task["T1"].correct, 1);
         assert_eq!(r.per_task["T2"].n, 2);

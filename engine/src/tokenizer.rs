@@ -45,7 +45,9 @@ pub enum TokenizerError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
     /// A tokenizer model other than SentencePiece (`llama`).
-    #[error("tokenizer.ggml.model is {0:?}; only the SentencePiece (\"llama\") tokenizer of Gemma is supported")]
+    #[error(
+        "tokenizer.ggml.model is {0:?}; only the SentencePiece (\"llama\") tokenizer of Gemma is supported"
+    )]
     UnsupportedModel(String),
     /// Arrays of different lengths or wrong element types.
     #[error("tokenizer metadata is inconsistent: {0}")]
@@ -158,7 +160,12 @@ impl Tokenizer {
             None => vec![0.0; n],
             Some(_) => match g.array("tokenizer.ggml.scores")? {
                 Array::F32(v) => v.clone(),
-                a => return Err(TokenizerError::Inconsistent(format!("scores are {}s", a.element_type()))),
+                a => {
+                    return Err(TokenizerError::Inconsistent(format!(
+                        "scores are {}s",
+                        a.element_type()
+                    )));
+                }
             },
         };
         let types = match g.get("tokenizer.ggml.token_type") {
@@ -172,7 +179,12 @@ impl Tokenizer {
                         })
                     })
                     .collect::<Result<_, _>>()?,
-                a => return Err(TokenizerError::Inconsistent(format!("token types are {}s", a.element_type()))),
+                a => {
+                    return Err(TokenizerError::Inconsistent(format!(
+                        "token types are {}s",
+                        a.element_type()
+                    )));
+                }
             },
         };
         if scores.len() != n || types.len() != n {
@@ -309,9 +321,9 @@ impl Tokenizer {
         while i < text.len() {
             let c = text[i..].chars().next().expect("i is on a char boundary");
             let hit = self.specials.get(&c).and_then(|cands| {
-                cands
-                    .iter()
-                    .find(|(t, _, control)| (parse_special || !*control) && text[i..].starts_with(t.as_str()))
+                cands.iter().find(|(t, _, control)| {
+                    (parse_special || !*control) && text[i..].starts_with(t.as_str())
+                })
             });
             match hit {
                 Some((t, id, _)) => {
@@ -348,26 +360,27 @@ impl Tokenizer {
         }
         let mut queue = BinaryHeap::new();
         let mut rev_merge: HashMap<(usize, usize), (usize, usize)> = HashMap::new();
-        let try_add = |left: Option<usize>,
-                       right: Option<usize>,
-                       symbols: &[Symbol],
-                       queue: &mut BinaryHeap<Bigram>,
-                       rev_merge: &mut HashMap<(usize, usize), (usize, usize)>| {
-            let (Some(l), Some(r)) = (left, right) else {
-                return;
+        let try_add =
+            |left: Option<usize>,
+             right: Option<usize>,
+             symbols: &[Symbol],
+             queue: &mut BinaryHeap<Bigram>,
+             rev_merge: &mut HashMap<(usize, usize), (usize, usize)>| {
+                let (Some(l), Some(r)) = (left, right) else {
+                    return;
+                };
+                let (s, len) = (symbols[l].start, symbols[l].len + symbols[r].len);
+                let Some(&id) = self.lookup.get(&text[s..s + len]) else {
+                    return;
+                };
+                queue.push(Bigram {
+                    left: l,
+                    right: r,
+                    score: self.scores[id as usize],
+                    size: len,
+                });
+                rev_merge.insert((s, len), (l, r));
             };
-            let (s, len) = (symbols[l].start, symbols[l].len + symbols[r].len);
-            let Some(&id) = self.lookup.get(&text[s..s + len]) else {
-                return;
-            };
-            queue.push(Bigram {
-                left: l,
-                right: r,
-                score: self.scores[id as usize],
-                size: len,
-            });
-            rev_merge.insert((s, len), (l, r));
-        };
         for i in 1..symbols.len() {
             try_add(Some(i - 1), Some(i), &symbols, &mut queue, &mut rev_merge);
         }
@@ -384,8 +397,20 @@ impl Tokenizer {
                 symbols[n].prev = Some(b.left);
             }
             let left = symbols[b.left];
-            try_add(left.prev, Some(b.left), &symbols, &mut queue, &mut rev_merge);
-            try_add(Some(b.left), left.next, &symbols, &mut queue, &mut rev_merge);
+            try_add(
+                left.prev,
+                Some(b.left),
+                &symbols,
+                &mut queue,
+                &mut rev_merge,
+            );
+            try_add(
+                Some(b.left),
+                left.next,
+                &symbols,
+                &mut queue,
+                &mut rev_merge,
+            );
         }
         let mut i = (!symbols.is_empty()).then_some(0);
         while let Some(idx) = i {
@@ -415,7 +440,14 @@ impl Tokenizer {
             Some(&(l, r)) => {
                 let left_len = symbols[r].start - symbols[l].start;
                 self.resegment(text, symbols, start, left_len, rev_merge, out);
-                self.resegment(text, symbols, start + left_len, len - left_len, rev_merge, out);
+                self.resegment(
+                    text,
+                    symbols,
+                    start + left_len,
+                    len - left_len,
+                    rev_merge,
+                    out,
+                );
             }
             None => out.extend(piece.bytes().map(|b| self.byte_tokens[b as usize])),
         }
@@ -482,7 +514,9 @@ mod tests {
     }
 
     fn texts(t: &Tokenizer, ids: &[u32]) -> Vec<String> {
-        ids.iter().map(|&i| t.token_text(i).unwrap().to_string()).collect()
+        ids.iter()
+            .map(|&i| t.token_text(i).unwrap().to_string())
+            .collect()
     }
 
     #[test]
@@ -498,7 +532,10 @@ mod tests {
     #[test]
     fn unknown_characters_fall_back_to_bytes() {
         let t = toy();
-        assert_eq!(texts(&t, &t.encode("é", false, false)), ["<0xC3>", "<0xA9>"]);
+        assert_eq!(
+            texts(&t, &t.encode("é", false, false)),
+            ["<0xC3>", "<0xA9>"]
+        );
         assert_eq!(t.decode(&t.encode("é a", false, false), true), "é a");
     }
 
@@ -506,7 +543,10 @@ mod tests {
     fn specials_respect_parse_special_and_bos() {
         let t = toy();
         let ids = t.encode("<start_of_turn>a\n\nb", true, true);
-        assert_eq!(texts(&t, &ids), ["<bos>", "<start_of_turn>", "a", "\n\n", "b"]);
+        assert_eq!(
+            texts(&t, &ids),
+            ["<bos>", "<start_of_turn>", "a", "\n\n", "b"]
+        );
         // Without parse_special the control token is spelled out; "\n\n" is user-defined and
         // is always matched.
         let ids = t.encode("<start_of_turn>\n\n", false, false);

@@ -13,13 +13,23 @@ fn check_file(path: &Path, golden: &serde_json::Value) -> usize {
     let mut src = FileSource::open(path).unwrap();
     let g = Gguf::read(&mut src).unwrap();
     let golden = golden.as_object().unwrap();
-    assert_eq!(g.tensors.len(), golden.len(), "{}: tensor count", path.display());
+    assert_eq!(
+        g.tensors.len(),
+        golden.len(),
+        "{}: tensor count",
+        path.display()
+    );
     for info in &g.tensors {
         let want = &golden[&info.name];
         assert_eq!(want["type"], info.ty.to_string(), "{}", info.name);
         let bytes = g.read_tensor(&mut src, info).unwrap();
         let values = quant::dequantize_vec(info.ty, &bytes, info.n_elements() as usize).unwrap();
-        let head: Vec<f64> = want["head"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let head: Vec<f64> = want["head"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
         for (i, h) in head.iter().enumerate() {
             assert_eq!(values[i], *h as f32, "{} value {i}", info.name);
         }
@@ -28,7 +38,13 @@ fn check_file(path: &Path, golden: &serde_json::Value) -> usize {
             hasher.update(v.to_le_bytes());
         }
         let got = format!("{:x}", hasher.finalize());
-        assert_eq!(got, want["sha256"].as_str().unwrap(), "{} ({}) differs from gguf-py", info.name, info.ty);
+        assert_eq!(
+            got,
+            want["sha256"].as_str().unwrap(),
+            "{} ({}) differs from gguf-py",
+            info.name,
+            info.ty
+        );
     }
     g.tensors.len()
 }
@@ -41,7 +57,10 @@ fn golden() -> serde_json::Value {
 #[test]
 fn every_supported_type_matches_gguf_py() {
     let g = golden();
-    let n = check_file(&common::repo_root().join("tests/fixtures/quant_types.gguf"), &g["quant_types"]);
+    let n = check_file(
+        &common::repo_root().join("tests/fixtures/quant_types.gguf"),
+        &g["quant_types"],
+    );
     assert_eq!(n, 18);
 }
 

@@ -22,7 +22,8 @@ fn sha_f32(v: &[f32]) -> String {
 fn preprocessing_matches_pillow_exactly_and_torchvision_within_one_level() {
     let root = common::repo_root();
     let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(root.join("tests/reference/golden/image_preprocess.json")).unwrap(),
+        &std::fs::read_to_string(root.join("tests/reference/golden/image_preprocess.json"))
+            .unwrap(),
     )
     .unwrap();
     let images = golden["images"].as_object().unwrap();
@@ -30,7 +31,14 @@ fn preprocessing_matches_pillow_exactly_and_torchvision_within_one_level() {
     for (name, entry) in images {
         let bytes = std::fs::read(root.join("tests/fixtures/images").join(name)).unwrap();
         let d = decode_png(&bytes).unwrap();
-        assert_eq!((d.width as u64, d.height as u64, d.bits), (entry["width"].as_u64().unwrap(), entry["height"].as_u64().unwrap(), 16));
+        assert_eq!(
+            (d.width as u64, d.height as u64, d.bits),
+            (
+                entry["width"].as_u64().unwrap(),
+                entry["height"].as_u64().unwrap(),
+                16
+            )
+        );
         assert_eq!(
             sha_u8(&d.to_8bit(Policy::PillowClamp).data),
             entry["pillow_convert_rgb_sha256"],
@@ -39,14 +47,35 @@ fn preprocessing_matches_pillow_exactly_and_torchvision_within_one_level() {
         for (policy, want) in entry["policies"].as_object().unwrap() {
             let img8 = d.to_8bit(Policy::parse(policy).unwrap());
             let resized = resize_bilinear(&img8, 896, 896);
-            assert_eq!(sha_u8(&resized.data), want["pil_resized_sha256"], "{name} {policy}: resize differs from Pillow");
+            assert_eq!(
+                sha_u8(&resized.data),
+                want["pil_resized_sha256"],
+                "{name} {policy}: resize differs from Pillow"
+            );
             let pv = preprocess(&img8, 896);
             assert_eq!(pv.len(), 3 * 896 * 896);
-            assert_eq!(sha_f32(&pv), want["pil_pixel_values_sha256"], "{name} {policy}: pixel_values differ from transformers (PIL backend)");
-            let tv_png = std::fs::read(root.join("tests/reference/golden/images").join(want["torchvision_png"].as_str().unwrap())).unwrap();
+            assert_eq!(
+                sha_f32(&pv),
+                want["pil_pixel_values_sha256"],
+                "{name} {policy}: pixel_values differ from transformers (PIL backend)"
+            );
+            let tv_png = std::fs::read(
+                root.join("tests/reference/golden/images")
+                    .join(want["torchvision_png"].as_str().unwrap()),
+            )
+            .unwrap();
             let tv = decode_png(&tv_png).unwrap();
-            let max = tv.samples.iter().zip(&resized.data).map(|(&a, &b)| (a as i32 - b as i32).abs()).max().unwrap();
-            assert!(max <= 1, "{name} {policy}: {max}/255 from transformers (torchvision backend)");
+            let max = tv
+                .samples
+                .iter()
+                .zip(&resized.data)
+                .map(|(&a, &b)| (a as i32 - b as i32).abs())
+                .max()
+                .unwrap();
+            assert!(
+                max <= 1,
+                "{name} {policy}: {max}/255 from transformers (torchvision backend)"
+            );
         }
     }
 }

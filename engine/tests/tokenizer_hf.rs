@@ -16,10 +16,18 @@ fn ids_equal_hugging_face_on_10k_strings() {
     let mut failures = Vec::new();
     for (i, row) in rows.iter().enumerate() {
         let text = row["text"].as_str().unwrap();
-        let want: Vec<u32> = row["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let want: Vec<u32> = row["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         let got = tok.encode(text, false, true);
         if got != want {
-            failures.push(format!("#{i} ({}) {text:?}\n  want {want:?}\n  got  {got:?}", row["kind"]));
+            failures.push(format!(
+                "#{i} ({}) {text:?}\n  want {want:?}\n  got  {got:?}",
+                row["kind"]
+            ));
         }
     }
     assert!(
@@ -35,7 +43,10 @@ fn ids_equal_hugging_face_on_10k_strings() {
 fn decode_inverts_encode() {
     let mut src = FileSource::open(common::gemma270m()).unwrap();
     let tok = Tokenizer::from_gguf(&Gguf::read(&mut src).unwrap()).unwrap();
-    for row in common::golden_jsonl_gz("tokenizer_hf.jsonl.gz").iter().take(3000) {
+    for row in common::golden_jsonl_gz("tokenizer_hf.jsonl.gz")
+        .iter()
+        .take(3000)
+    {
         let text = row["text"].as_str().unwrap();
         assert_eq!(tok.decode(&tok.encode(text, false, true), false), text);
     }

@@ -40,10 +40,14 @@ impl Engine {
         };
         let e2 = engine;
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |m: MessageEvent| {
-            let Some(text) = m.data().as_string() else { return };
+            let Some(text) = m.data().as_string() else {
+                return;
+            };
             match serde_json::from_str::<Event>(&text) {
                 Ok(ev) => e2.on_event(ev),
-                Err(err) => e2.error.set(Some(format!("unreadable worker message: {err}"))),
+                Err(err) => e2
+                    .error
+                    .set(Some(format!("unreadable worker message: {err}"))),
             }
         });
         on_message_target.set_onmessage(Some(on_message.as_ref().unchecked_ref()));

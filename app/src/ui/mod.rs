@@ -15,7 +15,9 @@ pub fn App() -> impl IntoView {
     let (gpu, error) = match &engine {
         Ok(e) => (e.gpu, e.error),
         Err(msg) => (
-            RwSignal::new(GpuState::Unavailable(format!("The engine worker could not start: {msg}"))),
+            RwSignal::new(GpuState::Unavailable(format!(
+                "The engine worker could not start: {msg}"
+            ))),
             RwSignal::new(None),
         ),
     };

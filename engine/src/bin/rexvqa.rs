@@ -9,7 +9,11 @@ use rexvqa_engine::rexvqa::synth::{SynthOptions, generate};
 use rexvqa_engine::tokenizer::Tokenizer;
 
 #[derive(Parser)]
-#[command(name = "rexvqa", version, about = "MedGemma on ReXVQA: GGUF tools, inference and scoring")]
+#[command(
+    name = "rexvqa",
+    version,
+    about = "MedGemma on ReXVQA: GGUF tools, inference and scoring"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -80,7 +84,11 @@ fn open(path: &PathBuf) -> Result<(Gguf, FileSource), String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Inspect { file, json: _, tensors } => {
+        Command::Inspect {
+            file,
+            json: _,
+            tensors,
+        } => {
             let (g, _) = open(&file)?;
             let mut out = g.summary_json();
             if tensors {
@@ -92,7 +100,10 @@ fn run(cli: Cli) -> Result<(), String> {
                     })
                     .collect();
             }
-            println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+            );
         }
         Command::Tokenize {
             model,
@@ -103,7 +114,9 @@ fn run(cli: Cli) -> Result<(), String> {
         } => {
             let text = match (text, text_file) {
                 (Some(t), _) => t,
-                (None, Some(p)) => std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?,
+                (None, Some(p)) => {
+                    std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?
+                }
                 (None, None) => return Err("give --text or --text-file".into()),
             };
             let (g, _) = open(&model)?;
@@ -121,7 +134,9 @@ fn run(cli: Cli) -> Result<(), String> {
             split,
         } => {
             if min_size == 0 || min_size > max_size {
-                return Err(format!("--min-size {min_size} must be between 1 and --max-size {max_size}"));
+                return Err(format!(
+                    "--min-size {min_size} must be between 1 and --max-size {max_size}"
+                ));
             }
             let opts = SynthOptions {
                 studies,

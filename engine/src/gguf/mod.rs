@@ -28,7 +28,9 @@ pub enum GgufError {
     #[error("GGUF version {0} is not supported (versions 2 and 3 are)")]
     UnsupportedVersion(u32),
     /// The file ends inside a field.
-    #[error("{field} at offset {offset}: the file is truncated ({needed} more bytes needed, file is {file_size} bytes)")]
+    #[error(
+        "{field} at offset {offset}: the file is truncated ({needed} more bytes needed, file is {file_size} bytes)"
+    )]
     Truncated {
         /// Which field.
         field: String,
@@ -40,7 +42,9 @@ pub enum GgufError {
         file_size: u64,
     },
     /// A count that cannot fit in what is left of the file.
-    #[error("{field} at offset {offset}: {count} items cannot fit in the {remaining} bytes left in the file")]
+    #[error(
+        "{field} at offset {offset}: {count} items cannot fit in the {remaining} bytes left in the file"
+    )]
     AbsurdCount {
         /// Which field.
         field: String,
@@ -113,7 +117,9 @@ pub enum GgufError {
         id: u32,
     },
     /// Rows that are not a whole number of quantisation blocks.
-    #[error("tensor {name}: first dimension {ne0} is not a multiple of the {ty} block size {block}")]
+    #[error(
+        "tensor {name}: first dimension {ne0} is not a multiple of the {ty} block size {block}"
+    )]
     BadBlockShape {
         /// Tensor name.
         name: String,
@@ -141,7 +147,9 @@ pub enum GgufError {
         alignment: u64,
     },
     /// A tensor that extends past the end of the file.
-    #[error("tensor {name}: data extends beyond the end of the file ({end} > {file_size} bytes); the file may be truncated")]
+    #[error(
+        "tensor {name}: data extends beyond the end of the file ({end} > {file_size} bytes); the file may be truncated"
+    )]
     TensorOutOfRange {
         /// Tensor name.
         name: String,

@@ -48,12 +48,15 @@ impl<'a> Cursor<'a> {
 
     /// Takes `n` bytes, distinguishing "the file is too short" from "read more of it".
     fn take(&mut self, n: u64, field: &dyn Fn() -> String) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).ok_or_else(|| GgufError::Truncated {
-            field: field(),
-            offset: self.pos,
-            needed: n,
-            file_size: self.file_size,
-        })?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or_else(|| GgufError::Truncated {
+                field: field(),
+                offset: self.pos,
+                needed: n,
+                file_size: self.file_size,
+            })?;
         if end > self.file_size {
             return Err(GgufError::Truncated {
                 field: field(),
@@ -126,7 +129,12 @@ fn min_encoded_size(type_id: u32) -> u64 {
     }
 }
 
-fn value(c: &mut Cursor<'_>, type_id: u32, depth: u32, field: &dyn Fn() -> String) -> Result<Value> {
+fn value(
+    c: &mut Cursor<'_>,
+    type_id: u32,
+    depth: u32,
+    field: &dyn Fn() -> String,
+) -> Result<Value> {
     let offset = c.pos;
     Ok(match type_id {
         0 => Value::U8(c.array::<1>(field)?[0]),
@@ -324,11 +332,20 @@ pub(crate) fn parse(buf: &[u8], file_size: u64) -> Result<Gguf> {
     let data_offset = c.pos.div_ceil(alignment) * alignment;
     let tensors = tensors
         .into_iter()
-        .map(|(name, dims, ty, offset)| tensor_info(name, dims, ty, offset, data_offset, alignment, file_size))
+        .map(|(name, dims, ty, offset)| {
+            tensor_info(name, dims, ty, offset, data_offset, alignment, file_size)
+        })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     check_overlaps(&tensors)?;
 
-    Ok(Gguf::new(version, alignment, metadata, tensors, data_offset, file_size))
+    Ok(Gguf::new(
+        version,
+        alignment,
+        metadata,
+        tensors,
+        data_offset,
+        file_size,
+    ))
 }
 
 fn tensor_info(
@@ -344,7 +361,7 @@ fn tensor_info(
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| GgufError::SizeOverflow { name: name.clone() })?;
-    if dims[0] % ty.block_size() != 0 {
+    if !dims[0].is_multiple_of(ty.block_size()) {
         return Err(GgufError::BadBlockShape {
             name,
             ne0: dims[0],
@@ -355,7 +372,7 @@ fn tensor_info(
     let size = ty
         .bytes_for(n_elements)
         .ok_or_else(|| GgufError::SizeOverflow { name: name.clone() })?;
-    if relative_offset % alignment != 0 {
+    if !relative_offset.is_multiple_of(alignment) {
         return Err(GgufError::Misaligned {
             name,
             offset: relative_offset,

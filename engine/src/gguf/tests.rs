@@ -11,7 +11,10 @@ fn sample() -> Vec<u8> {
             "tokenizer.ggml.tokens",
             Value::Array(Array::String(vec!["<pad>".into(), "a".into(), "▁b".into()])),
         )
-        .kv("nested", Value::Array(Array::Array(vec![Array::I32(vec![1, -2])])))
+        .kv(
+            "nested",
+            Value::Array(Array::Array(vec![Array::I32(vec![1, -2])])),
+        )
         .tensor(TensorData {
             name: "w.f32".into(),
             dims: vec![4, 2],
@@ -43,7 +46,10 @@ fn round_trip_metadata_and_tensors() {
     let mut src = SliceSource(&bytes);
     let data = g.read_tensor(&mut src, g.tensor("w.f32").unwrap()).unwrap();
     assert_eq!(data, (0..32).collect::<Vec<u8>>());
-    assert!(matches!(g.str("gemma3.block_count"), Err(GgufError::WrongType { .. })));
+    assert!(matches!(
+        g.str("gemma3.block_count"),
+        Err(GgufError::WrongType { .. })
+    ));
     assert!(matches!(g.u64("absent"), Err(GgufError::MissingKey(_))));
     assert_eq!(g.u64_opt("absent").unwrap(), None);
 }
@@ -94,7 +100,10 @@ fn sync_and_async_reads_agree_with_a_header_larger_than_the_first_read() {
     assert_eq!(a.str("big").unwrap(), big);
     assert_eq!(a.tensors, b.tensors);
     let t = b.tensor("t").unwrap();
-    assert_eq!(block_on(b.read_tensor_async(&SliceSource(&bytes), t)).unwrap(), vec![1; 16]);
+    assert_eq!(
+        block_on(b.read_tensor_async(&SliceSource(&bytes), t)).unwrap(),
+        vec![1; 16]
+    );
 }
 
 fn patch(bytes: &mut [u8], at: usize, with: &[u8]) {
@@ -137,7 +146,10 @@ fn header_errors_name_the_field() {
     let mut b = good.clone();
     patch(&mut b, type_at, &77u32.to_le_bytes());
     let e = err_of(&b);
-    assert!(e.contains("metadata general.architecture") && e.contains("type 77"), "{e}");
+    assert!(
+        e.contains("metadata general.architecture") && e.contains("type 77"),
+        "{e}"
+    );
 }
 
 fn single_tensor(dims: Vec<u64>, ty: GgmlType, bytes: usize) -> Vec<u8> {
@@ -155,13 +167,19 @@ fn single_tensor(dims: Vec<u64>, ty: GgmlType, bytes: usize) -> Vec<u8> {
 fn tensor_errors_name_the_tensor() {
     // Block shape: 100 is not a multiple of 256.
     let e = err_of(&single_tensor(vec![100, 2], GgmlType::Q4_K, 0));
-    assert!(e.contains("blk.3.attn_q.weight") && e.contains("block size 256"), "{e}");
+    assert!(
+        e.contains("blk.3.attn_q.weight") && e.contains("block size 256"),
+        "{e}"
+    );
 
     // Out of range: claims 4x more data than written.
     let mut b = single_tensor(vec![64, 4], GgmlType::F32, 256);
     b.truncate(b.len() - 1);
     let e = err_of(&b);
-    assert!(e.contains("blk.3.attn_q.weight") && e.contains("beyond the end"), "{e}");
+    assert!(
+        e.contains("blk.3.attn_q.weight") && e.contains("beyond the end"),
+        "{e}"
+    );
 
     // Unknown type id 4.
     let mut b = single_tensor(vec![8], GgmlType::F32, 32);
@@ -193,7 +211,11 @@ fn overlap_misalignment_duplicates_and_alignment_are_rejected() {
     // Point b's offset (the last 8 bytes of its info) at a's data.
     let info_end = 24 + (8 + 1 + 4 + 8 + 4 + 8) * 2;
     patch(&mut b, info_end - 8, &0u64.to_le_bytes());
-    assert!(err_of(&b).contains("tensors a and b overlap"), "{}", err_of(&b));
+    assert!(
+        err_of(&b).contains("tensors a and b overlap"),
+        "{}",
+        err_of(&b)
+    );
 
     let mut b = Writer::new().tensor(t("a")).tensor(t("b")).to_bytes();
     patch(&mut b, info_end - 8, &36u64.to_le_bytes());

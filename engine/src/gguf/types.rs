@@ -125,7 +125,7 @@ impl GgmlType {
 
     /// Bytes taken by `n` weights, or `None` when `n` is not a whole number of blocks or overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size()).checked_mul(self.type_size())
@@ -152,7 +152,11 @@ mod tests {
         for ty in GgmlType::all() {
             assert_eq!(GgmlType::from_id(ty.id()), Some(ty));
         }
-        assert_eq!(GgmlType::from_id(4), None, "id 4 (old Q4_2) was removed from ggml");
+        assert_eq!(
+            GgmlType::from_id(4),
+            None,
+            "id 4 (old Q4_2) was removed from ggml"
+        );
         assert_eq!(GgmlType::from_id(1000), None);
     }
 

@@ -176,12 +176,9 @@ impl Array {
             Array::U64(v) => take(v),
             Array::I64(v) => take(v),
             Array::F64(v) => take(v),
-            Array::Array(v) => Json::Array(
-                v.iter()
-                    .take(SUMMARY_HEAD)
-                    .map(Array::summary)
-                    .collect(),
-            ),
+            Array::Array(v) => {
+                Json::Array(v.iter().take(SUMMARY_HEAD).map(Array::summary).collect())
+            }
         }
     }
 

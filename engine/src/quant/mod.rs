@@ -12,7 +12,9 @@ use crate::gguf::GgmlType;
 #[derive(Debug, thiserror::Error)]
 pub enum QuantError {
     /// The type has no dequantiser in this engine.
-    #[error("tensor type {0} is not supported (supported: F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K)")]
+    #[error(
+        "tensor type {0} is not supported (supported: F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K)"
+    )]
     Unsupported(GgmlType),
     /// Byte and weight counts disagree.
     #[error("{ty}: {bytes} bytes cannot hold exactly {weights} weights")]
@@ -52,9 +54,8 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Qua
     match ty {
         GgmlType::F32 => blocks.for_each(|(b, y)| y[0] = f32::from_le_bytes(b.try_into().unwrap())),
         GgmlType::F16 => blocks.for_each(|(b, y)| y[0] = f16_at(b, 0)),
-        GgmlType::BF16 => blocks.for_each(|(b, y)| {
-            y[0] = bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
-        }),
+        GgmlType::BF16 => blocks
+            .for_each(|(b, y)| y[0] = bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
         GgmlType::Q4_0 => blocks.for_each(|(b, y)| q4_0(b, y)),
         GgmlType::Q5_0 => blocks.for_each(|(b, y)| q5_0(b, y)),
         GgmlType::Q8_0 => blocks.for_each(|(b, y)| q8_0(b, y)),

@@ -94,15 +94,27 @@ fn q6_k_layout_matches_ggml() {
 
 #[test]
 fn float_types_convert_exactly() {
-    let b: Vec<u8> = [1.5f32, -2.25].iter().flat_map(|v| v.to_le_bytes()).collect();
-    assert_eq!(dequantize_vec(GgmlType::F32, &b, 2).unwrap(), vec![1.5, -2.25]);
+    let b: Vec<u8> = [1.5f32, -2.25]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(
+        dequantize_vec(GgmlType::F32, &b, 2).unwrap(),
+        vec![1.5, -2.25]
+    );
     let b: Vec<u8> = h(0.333).into_iter().chain(h(-7.0)).collect();
     assert_eq!(
         dequantize_vec(GgmlType::F16, &b, 2).unwrap(),
         vec![f16::from_f32(0.333).to_f32(), -7.0]
     );
-    let b: Vec<u8> = [0x3f80u16, 0xc040].iter().flat_map(|v| v.to_le_bytes()).collect();
-    assert_eq!(dequantize_vec(GgmlType::BF16, &b, 2).unwrap(), vec![1.0, -3.0]);
+    let b: Vec<u8> = [0x3f80u16, 0xc040]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(
+        dequantize_vec(GgmlType::BF16, &b, 2).unwrap(),
+        vec![1.0, -3.0]
+    );
 }
 
 #[test]

@@ -90,10 +90,8 @@ pub fn tokenize_prompt(
     rendered: &str,
     n_images: usize,
 ) -> Result<Vec<u32>, ImageCountMismatch> {
-    let with_markers = rendered.replace(
-        "<start_of_image>",
-        "\n\n<start_of_image><end_of_image>\n\n",
-    );
+    let with_markers =
+        rendered.replace("<start_of_image>", "\n\n<start_of_image><end_of_image>\n\n");
     let ids0 = tok.encode(&with_markers, false, true);
     let found = ids0.iter().filter(|&&t| t == ids::START_OF_IMAGE).count();
     if found != n_images {

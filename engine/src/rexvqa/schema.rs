@@ -68,7 +68,9 @@ impl fmt::Display for Task {
 }
 
 /// An answer letter A–D (serialised as `"A"`..`"D"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Letter {
     /// A.
     A,
@@ -200,7 +202,9 @@ pub struct Rejected {
 #[derive(Debug, thiserror::Error)]
 pub enum SplitError {
     /// Not a JSON object of records.
-    #[error("the split file is not a JSON object of question records ({0}); expected {{\"<question id>\": {{\"question\": ..., \"options\": [...]}}, ...}}")]
+    #[error(
+        "the split file is not a JSON object of question records ({0}); expected {{\"<question id>\": {{\"question\": ..., \"options\": [...]}}, ...}}"
+    )]
     Json(String),
 }
 
@@ -211,7 +215,8 @@ impl Record {
             id: id.clone(),
             reason,
         };
-        let f: Fields = serde_json::from_str(raw.get()).map_err(|e| reject(format!("not a record object: {e}")))?;
+        let f: Fields = serde_json::from_str(raw.get())
+            .map_err(|e| reject(format!("not a record object: {e}")))?;
         let question = f
             .question
             .filter(|q| !q.trim().is_empty())
@@ -226,7 +231,10 @@ impl Record {
             })
             .collect();
         if options.len() < 2 {
-            return Err(reject(format!("{} options (at least 2 needed)", options.len())));
+            return Err(reject(format!(
+                "{} options (at least 2 needed)",
+                options.len()
+            )));
         }
         let correct = match f.correct_answer.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -319,7 +327,8 @@ impl<'de> Deserialize<'de> for RawEntries {
 
 /// Parses a split file's text into usable records and rejected ones, in file order.
 pub fn parse_split(json: &str) -> Result<(Vec<Record>, Vec<Rejected>), SplitError> {
-    let entries: RawEntries = serde_json::from_str(json).map_err(|e| SplitError::Json(e.to_string()))?;
+    let entries: RawEntries =
+        serde_json::from_str(json).map_err(|e| SplitError::Json(e.to_string()))?;
     let mut records = Vec::with_capacity(entries.0.len());
     let mut rejected = Vec::new();
     for (id, raw) in entries.0 {

