@@ -1,6 +1,7 @@
 //! rexvqa engine: MedGemma (Gemma 3 + SigLIP) inference on burn, GGUF loading, the Gemma 3
 //! tokenizer, ReXVQA data and the benchmark's scoring. No UI code lives here.
 
+pub mod device;
 pub mod gguf;
 pub mod image;
 pub mod quant;

@@ -8,6 +8,12 @@ use half::{bf16, f16};
 
 use crate::gguf::GgmlType;
 
+pub mod kernels;
+pub mod ops;
+pub mod pack;
+#[doc(hidden)]
+pub mod conformance;
+
 /// Errors from dequantisation.
 #[derive(Debug, thiserror::Error)]
 pub enum QuantError {

@@ -1,0 +1,66 @@
+//! Compute devices: flex on the CPU, wgpu natively (Vulkan/Metal/DX12), WebGPU in the browser.
+
+use burn::tensor::Device;
+
+/// Which backend runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// burn-flex, pure Rust on the CPU.
+    Cpu,
+    /// burn-wgpu (WebGPU in the browser).
+    Wgpu,
+}
+
+impl BackendKind {
+    /// Parses `cpu` or `wgpu`.
+    pub fn parse(s: &str) -> Option<BackendKind> {
+        match s {
+            "cpu" => Some(BackendKind::Cpu),
+            "wgpu" | "gpu" | "webgpu" => Some(BackendKind::Wgpu),
+            _ => None,
+        }
+    }
+}
+
+/// A GPU could not be opened.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("no usable GPU adapter: {0}")]
+pub struct DeviceError(pub String);
+
+/// The CPU device.
+pub fn cpu() -> Device {
+    Device::flex()
+}
+
+/// The native wgpu device (opened once per process; wgpu's runtime cannot be registered twice).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn wgpu() -> Result<Device, DeviceError> {
+    use std::sync::OnceLock;
+    static DEVICE: OnceLock<Result<Device, DeviceError>> = OnceLock::new();
+    DEVICE
+        .get_or_init(|| {
+            Device::wgpu_options()
+                .init()
+                .map_err(|e| DeviceError(format!("{e:?}")))
+        })
+        .clone()
+}
+
+/// The WebGPU device in the browser (must be awaited; sync initialisation panics there).
+#[cfg(target_arch = "wasm32")]
+pub async fn wgpu_async() -> Result<Device, DeviceError> {
+    Device::wgpu_options()
+        .init_async()
+        .await
+        .map_err(|e| DeviceError(format!("{e:?}")))
+}
+
+/// A device of the given kind (native).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn open(kind: BackendKind) -> Result<Device, DeviceError> {
+    match kind {
+        BackendKind::Cpu => Ok(cpu()),
+        BackendKind::Wgpu => wgpu(),
+    }
+}

@@ -1,0 +1,102 @@
+//! Device-kernel conformance checks, shared by the native tests, the browser tests and the
+//! in-app self-test: a kernel's result against the CPU dequantisation followed by an f64
+//! matrix product, with an error bound that holds for any summation order.
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+use super::ops::QMatrix;
+use super::{dequantize_vec, random_blocks};
+use crate::gguf::GgmlType;
+use crate::rng::SplitMix64;
+
+/// One kernel check's outcome.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The worst error as a fraction of the allowed bound (≤ 1 passes).
+    pub worst_ratio: f64,
+    /// A description of the worst element.
+    pub worst: String,
+}
+
+/// f32 summation of `k` products is within `k·2^-24·Σ|xᵢwᵢ|` of the exact sum (Higham, Accuracy
+/// and Stability of Numerical Algorithms, §3.1), whatever the order; 2× for the products' own
+/// rounding and an absolute floor for sums that cancel to ~0.
+fn bound(k: usize, abs_sum: f64) -> f64 {
+    2.0 * k as f64 * f64::from(f32::EPSILON) / 2.0 * abs_sum + 1e-30
+}
+
+async fn read(t: Tensor<2>) -> Result<Vec<f32>, String> {
+    t.into_data_async()
+        .await
+        .map_err(|e| format!("readback failed: {e:?}"))?
+        .try_into_vec::<f32>()
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Checks `x [m, k] · Wᵀ` for random well-formed blocks of `ty` (`n` rows, split into chunks of
+/// at most `chunk_bytes`) and a row gather, on `device`.
+pub async fn check_matmul(
+    device: &Device,
+    ty: GgmlType,
+    m: usize,
+    n: usize,
+    k: usize,
+    chunk_bytes: usize,
+    seed: u64,
+) -> Result<Outcome, String> {
+    let bytes = random_blocks(ty, n * k, seed);
+    let w = dequantize_vec(ty, &bytes, n * k).map_err(|e| e.to_string())?;
+    let mut rng = SplitMix64::new(seed ^ 0x5eed);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
+    let q = QMatrix::upload(ty, &bytes, n, k, device, chunk_bytes).map_err(|e| e.to_string())?;
+    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
+    let got = read(q.matmul(xt)).await?;
+    if got.len() != m * n {
+        return Err(format!("{ty}: got {} outputs, expected {}", got.len(), m * n));
+    }
+    let mut worst = Outcome {
+        worst_ratio: 0.0,
+        worst: String::new(),
+    };
+    for i in 0..m {
+        for r in 0..n {
+            let (mut exact, mut abs) = (0f64, 0f64);
+            for j in 0..k {
+                let p = f64::from(x[i * k + j]) * f64::from(w[r * k + j]);
+                exact += p;
+                abs += p.abs();
+            }
+            let g = f64::from(got[i * n + r]);
+            let ratio = (g - exact).abs() / bound(k, abs);
+            if !(ratio <= worst.worst_ratio) {
+                worst = Outcome {
+                    worst_ratio: if ratio.is_nan() { f64::INFINITY } else { ratio },
+                    worst: format!("{ty} m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"),
+                };
+            }
+        }
+    }
+    // Gather a few rows, out of order and repeated, across chunk boundaries.
+    let ids: Vec<u32> = [n - 1, 0, n / 2, n - 1, 1.min(n - 1)].iter().map(|&i| i as u32).collect();
+    let rows = read(q.gather(&ids)).await?;
+    for (t, &id) in ids.iter().enumerate() {
+        let want = &w[id as usize * k..(id as usize + 1) * k];
+        if rows[t * k..(t + 1) * k] != *want {
+            return Err(format!("{ty}: gathered row {id} differs from the CPU dequantisation"));
+        }
+    }
+    Ok(worst)
+}
+
+/// The shapes every backend is checked on: tiny, odd (prime row counts), and real row lengths.
+pub fn cases() -> Vec<(GgmlType, usize, usize, usize)> {
+    let mut v = Vec::new();
+    for ty in GgmlType::all().filter(|t| t.is_supported()) {
+        let bs = ty.block_size() as usize;
+        let k_small = if bs == 256 { 256 } else { 64 };
+        v.push((ty, 1, 7, k_small));
+        v.push((ty, 3, 13, 2 * k_small.max(bs)));
+        v.push((ty, 5, 31, 768));
+    }
+    v
+}

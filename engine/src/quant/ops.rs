@@ -1,0 +1,312 @@
+//! Quantised weights on a burn device and the two operations the model needs on them:
+//! `x · Wᵀ` and row gathers. Implemented as a burn backend extension: CubeCL kernels for
+//! the GPU backends (wgpu natively, WebGPU in the browser) and plain Rust for flex (CPU).
+
+use burn::backend::backend_extension;
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{Dispatch, Flex};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
+
+use super::kernels::{qgather_kernel, qmatmul_kernel, ty};
+use super::pack::{dequantize_packed, pack_rows, row_words};
+use super::QuantError;
+use crate::gguf::GgmlType;
+
+/// Operations on packed GGUF rows (see [`super::pack`]).
+#[backend_extension(Cube, Flex)]
+pub trait QuantOps: burn::backend::Backend {
+    /// `x [m, k] · Wᵀ → [m, n]` for `n` packed rows of ggml type `ty_id`.
+    fn qmatmul(
+        x: FloatTensor<Self>,
+        w: IntTensor<Self>,
+        ty_id: u32,
+        n: usize,
+        k: usize,
+    ) -> FloatTensor<Self>;
+
+    /// Rows `ids - row0` of the packed matrix, dequantised: `[ids.len(), k]`.
+    fn qgather(
+        ids: IntTensor<Self>,
+        w: IntTensor<Self>,
+        ty_id: u32,
+        k: usize,
+        row0: usize,
+    ) -> FloatTensor<Self>;
+}
+
+fn ggml(ty_id: u32) -> GgmlType {
+    GgmlType::from_id(ty_id).expect("QMatrix only stores supported types")
+}
+
+impl QuantOps for Flex {
+    fn qmatmul(
+        x: FloatTensor<Self>,
+        w: IntTensor<Self>,
+        ty_id: u32,
+        n: usize,
+        k: usize,
+    ) -> FloatTensor<Self> {
+        let (x, w) = (x.to_contiguous(), w.to_contiguous());
+        let xs: &[f32] = x.as_slice().expect("qmatmul input is f32");
+        let ws: &[u32] = w.as_slice().expect("packed weights are u32");
+        let ty = ggml(ty_id);
+        let m = xs.len() / k;
+        let wpr = row_words(ty, k);
+        let row_dots = |r: usize, row: &mut [f32], col: &mut [f32]| {
+            dequantize_packed(ty, &ws[r * wpr..(r + 1) * wpr], k, row).expect("row is whole blocks");
+            for (i, c) in col.iter_mut().enumerate() {
+                *c = xs[i * k..(i + 1) * k].iter().zip(row.iter()).map(|(a, b)| a * b).sum();
+            }
+        };
+        // Column-major scratch (one column of m outputs per weight row), transposed at the end.
+        let mut cols = vec![0f32; n * m];
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            cols.par_chunks_mut(m.max(1)).enumerate().for_each_init(
+                || vec![0f32; k],
+                |row, (r, col)| row_dots(r, row, col),
+            );
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let mut row = vec![0f32; k];
+            for (r, col) in cols.chunks_mut(m.max(1)).enumerate() {
+                row_dots(r, &mut row, col);
+            }
+        }
+        let mut out = vec![0f32; m * n];
+        for r in 0..n {
+            for i in 0..m {
+                out[i * n + r] = cols[r * m + i];
+            }
+        }
+        burn::backend::flex::FlexTensor::from_data(TensorData::new(out, [m, n]))
+    }
+
+    fn qgather(
+        ids: IntTensor<Self>,
+        w: IntTensor<Self>,
+        ty_id: u32,
+        k: usize,
+        row0: usize,
+    ) -> FloatTensor<Self> {
+        let (ids, w) = (ids.to_contiguous(), w.to_contiguous());
+        let ids: &[u32] = ids.as_slice().expect("ids are u32");
+        let ws: &[u32] = w.as_slice().expect("packed weights are u32");
+        let ty = ggml(ty_id);
+        let wpr = row_words(ty, k);
+        let mut out = vec![0f32; ids.len() * k];
+        for (t, y) in out.chunks_exact_mut(k).enumerate() {
+            let r = ids[t] as usize - row0;
+            dequantize_packed(ty, &ws[r * wpr..(r + 1) * wpr], k, y).expect("row is whole blocks");
+        }
+        burn::backend::flex::FlexTensor::from_data(TensorData::new(out, [ids.len(), k]))
+    }
+}
+
+/// Launches a kernel specialised for the weight type (the type is a compile-time parameter).
+macro_rules! by_type {
+    ($ty_id:expr, $launch:ident) => {
+        match $ty_id {
+            ty::F32 => $launch(ty::F32),
+            ty::F16 => $launch(ty::F16),
+            ty::BF16 => $launch(ty::BF16),
+            ty::Q4_0 => $launch(ty::Q4_0),
+            ty::Q5_0 => $launch(ty::Q5_0),
+            ty::Q8_0 => $launch(ty::Q8_0),
+            ty::Q4_K => $launch(ty::Q4_K),
+            ty::Q5_K => $launch(ty::Q5_K),
+            ty::Q6_K => $launch(ty::Q6_K),
+            other => unreachable!("QMatrix never stores ggml type {other}"),
+        }
+    };
+}
+
+impl QuantOps for CubeBackend {
+    fn qmatmul(x: CubeTensor, w: CubeTensor, ty_id: u32, n: usize, k: usize) -> CubeTensor {
+        let (x, w) = (into_contiguous(x), into_contiguous(w));
+        let m = x.meta.shape().num_elements() / k;
+        let client = x.client.clone();
+        let out = empty_device_dtype(client.clone(), x.device.clone(), [m, n].into(), DType::F32);
+        let count = m * n;
+        let cube_dim = cubecl::CubeDim::new(&client, count);
+        let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
+        let wpr = row_words(ggml(ty_id), k) as u32;
+        let launch = |t: u32| {
+            qmatmul_kernel::launch(
+                &client,
+                cube_count.clone(),
+                cube_dim,
+                x.clone().into_tensor_arg(),
+                w.clone().into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                k as u32,
+                n as u32,
+                wpr,
+                t,
+            )
+        };
+        by_type!(ty_id, launch);
+        out
+    }
+
+    fn qgather(ids: CubeTensor, w: CubeTensor, ty_id: u32, k: usize, row0: usize) -> CubeTensor {
+        let (ids, w) = (into_contiguous(ids), into_contiguous(w));
+        let t = ids.meta.shape().num_elements();
+        let client = w.client.clone();
+        let out = empty_device_dtype(client.clone(), w.device.clone(), [t, k].into(), DType::F32);
+        let count = t * k;
+        let cube_dim = cubecl::CubeDim::new(&client, count);
+        let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
+        let wpr = row_words(ggml(ty_id), k) as u32;
+        let launch = |tyc: u32| {
+            qgather_kernel::launch(
+                &client,
+                cube_count.clone(),
+                cube_dim,
+                ids.clone().into_tensor_arg(),
+                w.clone().into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                k as u32,
+                wpr,
+                row0 as u32,
+                tyc,
+            )
+        };
+        by_type!(ty_id, launch);
+        out
+    }
+}
+
+/// Largest device buffer a weight chunk may take; rows are split so no chunk exceeds it (the
+/// 262k-row embedding of Gemma 3 would otherwise need one 550 MB buffer).
+pub const MAX_CHUNK_BYTES: usize = 256 << 20;
+
+/// One device buffer of consecutive packed rows.
+#[derive(Debug, Clone)]
+struct Chunk {
+    row0: usize,
+    rows: usize,
+    words: Tensor<1, Int>,
+}
+
+/// A `[rows, cols]` weight matrix kept in its GGUF block format on a device.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    /// Block type.
+    pub ty: GgmlType,
+    /// Output features (rows).
+    pub rows: usize,
+    /// Input features (weights per row).
+    pub cols: usize,
+    chunks: Vec<Chunk>,
+}
+
+/// u32 words on a device without a float round trip.
+fn u32_tensor(words: Vec<u32>, device: &Device) -> Tensor<1, Int> {
+    let n = words.len();
+    Tensor::<1, Int>::from_data(TensorData::new(words, [n]), (device, DType::U32))
+}
+
+impl QMatrix {
+    /// Uploads GGUF bytes of a `[rows, cols]` matrix, split into chunks of at most
+    /// `max_chunk_bytes` (never fewer than one row per chunk).
+    pub fn upload(
+        ty: GgmlType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+        device: &Device,
+        max_chunk_bytes: usize,
+    ) -> Result<QMatrix, QuantError> {
+        let words = pack_rows(ty, bytes, rows, cols)?;
+        let wpr = row_words(ty, cols);
+        let rows_per_chunk = (max_chunk_bytes / (wpr * 4).max(1)).clamp(1, rows.max(1));
+        let chunks = words
+            .chunks(rows_per_chunk * wpr.max(1))
+            .enumerate()
+            .map(|(i, c)| Chunk {
+                row0: i * rows_per_chunk,
+                rows: c.len() / wpr.max(1),
+                words: u32_tensor(c.to_vec(), device),
+            })
+            .collect();
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            chunks,
+        })
+    }
+
+    /// Number of device buffers.
+    pub fn n_chunks(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// `x [m, cols] → [m, rows]`.
+    pub fn matmul(&self, x: Tensor<2>) -> Tensor<2> {
+        let outs: Vec<Tensor<2>> = self
+            .chunks
+            .iter()
+            .map(|c| {
+                Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul(
+                    x.clone().into_dispatch(),
+                    c.words.clone().into_dispatch(),
+                    self.ty.id(),
+                    c.rows,
+                    self.cols,
+                ))
+            })
+            .collect();
+        if outs.len() == 1 {
+            outs.into_iter().next().expect("one chunk")
+        } else {
+            Tensor::cat(outs, 1)
+        }
+    }
+
+    /// Rows `ids` dequantised: `[ids.len(), cols]`. Ids must be `< rows`.
+    pub fn gather(&self, ids: &[u32]) -> Tensor<2> {
+        let device = self.chunks[0].words.device();
+        let mut parts = Vec::new();
+        let mut order = Vec::with_capacity(ids.len());
+        for c in &self.chunks {
+            let sel: Vec<(usize, u32)> = ids
+                .iter()
+                .enumerate()
+                .filter(|(_, id)| (c.row0..c.row0 + c.rows).contains(&(**id as usize)))
+                .map(|(i, id)| (i, *id))
+                .collect();
+            if sel.is_empty() {
+                continue;
+            }
+            order.extend(sel.iter().map(|(i, _)| *i));
+            let t = u32_tensor(sel.iter().map(|(_, id)| *id).collect(), &device);
+            parts.push(Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qgather(
+                t.into_dispatch(),
+                c.words.clone().into_dispatch(),
+                self.ty.id(),
+                self.cols,
+                c.row0,
+            )));
+        }
+        let cat = if parts.len() == 1 {
+            parts.into_iter().next().expect("one part")
+        } else {
+            Tensor::cat(parts, 0)
+        };
+        if order.iter().enumerate().all(|(i, &o)| i == o) {
+            return cat;
+        }
+        // Put rows back in the order asked for.
+        let mut inverse = vec![0u32; order.len()];
+        for (pos, &orig) in order.iter().enumerate() {
+            inverse[orig] = pos as u32;
+        }
+        cat.select(0, u32_tensor(inverse, &device))
+    }
+}
