@@ -309,6 +309,11 @@ pub fn resize_bilinear(img: &Image8, out_w: u32, out_h: u32) -> Image8 {
 /// Gemma 3 preprocessing of an 8-bit image: gray→RGB, resize to `size`×`size`, x/255,
 /// (x−0.5)/0.5. Returns CHW f32 `[3, size, size]`.
 pub fn preprocess(img: &Image8, size: u32) -> Vec<f32> {
+    preprocess_with(img, size, [0.5; 3], [0.5; 3])
+}
+
+/// [`preprocess`] with the normalisation mean and std an mmproj file declares.
+pub fn preprocess_with(img: &Image8, size: u32, mean: [f32; 3], std: [f32; 3]) -> Vec<f32> {
     let r = resize_bilinear(img, size, size);
     let plane = (size * size) as usize;
     let mut out = vec![0f32; 3 * plane];
@@ -316,10 +321,10 @@ pub fn preprocess(img: &Image8, size: u32) -> Vec<f32> {
     for p in 0..plane {
         for c in 0..3 {
             let v = r.data[p * ch + if ch == 1 { 0 } else { c }];
-            // transformers rescales in f64 and rounds to f32, then normalises in f32 with
-            // mean = std = 0.5 (ref: transformers image_transforms.rescale / normalize).
+            // transformers rescales in f64 and rounds to f32, then normalises in f32
+            // (ref: transformers image_transforms.rescale / normalize).
             let x = (f64::from(v) * (1.0 / 255.0)) as f32;
-            out[c * plane + p] = (x - 0.5) / 0.5;
+            out[c * plane + p] = (x - mean[c]) / std[c];
         }
     }
     out

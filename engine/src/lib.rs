@@ -4,8 +4,10 @@
 pub mod device;
 pub mod gguf;
 pub mod image;
+pub mod model;
 pub mod quant;
 pub mod rexvqa;
 pub mod rng;
 pub mod score;
+pub mod session;
 pub mod tokenizer;

@@ -110,3 +110,18 @@ impl SyncSource for FileSource {
         Ok(())
     }
 }
+
+#[cfg(unix)]
+impl RangeSource for FileSource {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    async fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>, SourceError> {
+        use std::os::unix::fs::FileExt;
+        check_range(offset, len, self.size)?;
+        let mut buf = vec![0; len];
+        self.file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+}

@@ -222,24 +222,53 @@ impl QMatrix {
         device: &Device,
         max_chunk_bytes: usize,
     ) -> Result<QMatrix, QuantError> {
-        let words = pack_rows(ty, bytes, rows, cols)?;
-        let wpr = row_words(ty, cols);
-        let rows_per_chunk = (max_chunk_bytes / (wpr * 4).max(1)).clamp(1, rows.max(1));
-        let chunks = words
-            .chunks(rows_per_chunk * wpr.max(1))
-            .enumerate()
-            .map(|(i, c)| Chunk {
-                row0: i * rows_per_chunk,
-                rows: c.len() / wpr.max(1),
-                words: u32_tensor(c.to_vec(), device),
-            })
-            .collect();
-        Ok(QMatrix {
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .filter(|b| *b as usize * rows == bytes.len())
+            .ok_or(QuantError::SizeMismatch {
+                ty,
+                bytes: bytes.len(),
+                weights: rows * cols,
+            })? as usize;
+        let per = Self::rows_per_chunk(ty, rows, cols, max_chunk_bytes);
+        let mut q = Self::streaming(ty, rows, cols);
+        for chunk in bytes.chunks((per * row_bytes).max(1)) {
+            q.push_chunk(chunk, chunk.len() / row_bytes.max(1), device)?;
+        }
+        Ok(q)
+    }
+
+    /// Rows per device chunk so that a chunk stays within `max_chunk_bytes` (at least one).
+    pub fn rows_per_chunk(ty: GgmlType, rows: usize, cols: usize, max_chunk_bytes: usize) -> usize {
+        (max_chunk_bytes / (row_words(ty, cols) * 4).max(1)).clamp(1, rows.max(1))
+    }
+
+    /// Starts an empty matrix to be filled chunk by chunk ([`QMatrix::push_chunk`]), so a
+    /// loader never holds more than one chunk of a tensor in host memory.
+    pub fn streaming(ty: GgmlType, rows: usize, cols: usize) -> QMatrix {
+        QMatrix {
             ty,
             rows,
             cols,
-            chunks,
-        })
+            chunks: Vec::new(),
+        }
+    }
+
+    /// Packs and uploads the GGUF bytes of the next `n_rows` rows.
+    pub fn push_chunk(&mut self, bytes: &[u8], n_rows: usize, device: &Device) -> Result<(), QuantError> {
+        let row0 = self.chunks.last().map_or(0, |c| c.row0 + c.rows);
+        let words = pack_rows(self.ty, bytes, n_rows, self.cols)?;
+        self.chunks.push(Chunk {
+            row0,
+            rows: n_rows,
+            words: u32_tensor(words, device),
+        });
+        Ok(())
+    }
+
+    /// Whether every row has been uploaded.
+    pub fn is_complete(&self) -> bool {
+        self.chunks.iter().map(|c| c.rows).sum::<usize>() == self.rows
     }
 
     /// Number of device buffers.

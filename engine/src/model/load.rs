@@ -1,0 +1,187 @@
+//! Streams weights from a GGUF source to a device, tensor by tensor and chunk by chunk, so host
+//! memory during a load stays at about one chunk (never a whole model, never a whole tensor).
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+use super::ModelError;
+use crate::gguf::{GgmlType, Gguf, RangeSource, TensorInfo};
+use crate::quant::ops::QMatrix;
+use crate::quant::{QuantError, dequantize_vec};
+
+/// Host bytes read per chunk; also the largest device buffer a weight chunk takes.
+pub const DEFAULT_CHUNK_BYTES: usize = 32 << 20;
+
+/// Load progress: bytes of tensor data done out of the total.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes loaded so far.
+    pub done: u64,
+    /// Bytes to load.
+    pub total: u64,
+    /// The tensor being loaded.
+    pub tensor: String,
+}
+
+/// Reads named tensors of one GGUF file onto a device.
+pub struct Loader<'a, S: RangeSource> {
+    g: &'a Gguf,
+    src: &'a S,
+    device: Device,
+    chunk_bytes: usize,
+    done: u64,
+    total: u64,
+    progress: &'a mut dyn FnMut(&Progress),
+}
+
+fn quant_err(tensor: &str) -> impl FnOnce(QuantError) -> ModelError + '_ {
+    move |source| ModelError::Quant {
+        tensor: tensor.to_string(),
+        source,
+    }
+}
+
+impl<'a, S: RangeSource> Loader<'a, S> {
+    /// A loader for `g` (whose bytes come from `src`) onto `device`.
+    pub fn new(
+        g: &'a Gguf,
+        src: &'a S,
+        device: &Device,
+        chunk_bytes: usize,
+        progress: &'a mut dyn FnMut(&Progress),
+    ) -> Self {
+        Loader {
+            g,
+            src,
+            device: device.clone(),
+            chunk_bytes: chunk_bytes.max(4096),
+            done: 0,
+            total: g.tensors.iter().map(|t| t.size).sum(),
+            progress,
+        }
+    }
+
+    /// The device weights go to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The tensor's index entry, checked against the expected ggml dims.
+    pub fn info(&self, name: &str, dims: &[u64]) -> Result<&'a TensorInfo, ModelError> {
+        let t = self.g.require_tensor(name)?;
+        // Trailing 1s are equivalent in ggml; compare without them.
+        let trim = |d: &[u64]| {
+            let mut v = d.to_vec();
+            while v.len() > 1 && v.last() == Some(&1) {
+                v.pop();
+            }
+            v
+        };
+        if trim(&t.dims) != trim(dims) {
+            return Err(ModelError::Shape {
+                tensor: name.to_string(),
+                expected: dims.to_vec(),
+                found: t.dims.clone(),
+            });
+        }
+        if !t.ty.is_supported() {
+            return Err(ModelError::Quant {
+                tensor: name.to_string(),
+                source: QuantError::Unsupported(t.ty),
+            });
+        }
+        Ok(t)
+    }
+
+    async fn read(&mut self, t: &TensorInfo, offset: u64, len: usize) -> Result<Vec<u8>, ModelError> {
+        let bytes = self
+            .src
+            .read_range(t.offset + offset, len)
+            .await
+            .map_err(|e| crate::gguf::GgufError::Source {
+                what: format!("tensor {}", t.name),
+                source: e,
+            })?;
+        self.done += len as u64;
+        (self.progress)(&Progress {
+            done: self.done,
+            total: self.total,
+            tensor: t.name.clone(),
+        });
+        Ok(bytes)
+    }
+
+    /// The ggml dims of a tensor.
+    pub fn dims(&self, name: &str) -> Result<Vec<u64>, ModelError> {
+        Ok(self.g.require_tensor(name)?.dims.clone())
+    }
+
+    /// A `[rows, cols]` matrix (ggml dims `[cols, rows]`) kept in its block format.
+    pub async fn qmatrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<QMatrix, ModelError> {
+        self.qmatrix_with_dims(name, &[cols as u64, rows as u64], rows, cols).await
+    }
+
+    /// A tensor of ggml dims `dims` read as `rows` rows of `cols` (e.g. a conv kernel
+    /// `[kw, kh, c_in, c_out]` as `c_out` rows of `kw·kh·c_in`).
+    pub async fn qmatrix_with_dims(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        rows: usize,
+        cols: usize,
+    ) -> Result<QMatrix, ModelError> {
+        let t = self.info(name, dims)?;
+        let row_bytes = (t.size / rows.max(1) as u64) as usize;
+        let per = QMatrix::rows_per_chunk(t.ty, rows, cols, self.chunk_bytes);
+        let mut q = QMatrix::streaming(t.ty, rows, cols);
+        let mut row = 0;
+        while row < rows {
+            let n = per.min(rows - row);
+            let bytes = self.read(t, (row * row_bytes) as u64, n * row_bytes).await?;
+            q.push_chunk(&bytes, n, &self.device).map_err(quant_err(name))?;
+            row += n;
+        }
+        Ok(q)
+    }
+
+    /// A tensor dequantised on the host to f32 (norms, biases, embeddings tables of the tower).
+    pub async fn dense<const D: usize>(&mut self, name: &str, shape: [usize; D]) -> Result<Tensor<D>, ModelError> {
+        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        let t = self.info(name, &dims)?;
+        let bytes = self.read(t, 0, t.size as usize).await?;
+        let n = shape.iter().product();
+        let v = dequantize_vec(t.ty, &bytes, n).map_err(quant_err(name))?;
+        Ok(Tensor::from_data(TensorData::new(v, shape), &self.device))
+    }
+
+    /// A vector of length `len`.
+    pub async fn vector(&mut self, name: &str, len: usize) -> Result<Tensor<1>, ModelError> {
+        self.dense(name, [len]).await
+    }
+
+    /// A matrix stored in HF's `[in, out]` order (ggml dims `[out, in]`), transposed to `[out, in]`
+    /// rows on the host. Only element types (F32/F16/BF16) can be transposed losslessly, and
+    /// llama.cpp's converter forces F16 for the one tensor stored this way.
+    pub async fn qmatrix_transposed(&mut self, name: &str, out: usize, inp: usize) -> Result<QMatrix, ModelError> {
+        let t = self.info(name, &[out as u64, inp as u64])?;
+        let width = match t.ty {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            other => {
+                return Err(ModelError::Unsupported(format!(
+                    "{name} in {other}: only F32/F16/BF16 can be transposed at load (llama.cpp writes F16)"
+                )));
+            }
+        };
+        let bytes = self.read(t, 0, t.size as usize).await?;
+        let mut tr = vec![0u8; bytes.len()];
+        for i in 0..inp {
+            for o in 0..out {
+                let (src, dst) = ((i * out + o) * width, (o * inp + i) * width);
+                tr[dst..dst + width].copy_from_slice(&bytes[src..src + width]);
+            }
+        }
+        let mut q = QMatrix::streaming(t.ty, out, inp);
+        q.push_chunk(&tr, out, &self.device).map_err(quant_err(name))?;
+        Ok(q)
+    }
+}

@@ -1,0 +1,123 @@
+//! Small numeric building blocks shared by the decoder and the vision tower, each matching
+//! its transformers counterpart operation for operation.
+
+use burn::tensor::activation::softmax;
+use burn::tensor::{Tensor, TensorData};
+
+/// Gemma RMSNorm over the last dimension: `x / sqrt(mean(x²) + eps) · w`, where `w` already
+/// holds HF's `1 + weight` (folded in by the GGUF converter).
+pub fn rms_norm<const D: usize>(x: Tensor<D>, w: &Tensor<1>, eps: f32) -> Tensor<D> {
+    let ms = x.clone().powi_scalar(2).mean_dim(D - 1);
+    let normed = x * ms.add_scalar(eps).sqrt().recip();
+    normed * w.clone().unsqueeze::<D>()
+}
+
+/// LayerNorm over the last dimension with weight and bias (SigLIP).
+pub fn layer_norm(x: Tensor<2>, w: &Tensor<1>, b: &Tensor<1>, eps: f32) -> Tensor<2> {
+    let mean = x.clone().mean_dim(1);
+    let centered = x - mean;
+    let var = centered.clone().powi_scalar(2).mean_dim(1);
+    centered * var.add_scalar(eps).sqrt().recip() * w.clone().unsqueeze::<2>() + b.clone().unsqueeze::<2>()
+}
+
+/// GELU with the tanh approximation (PyTorch `gelu(approximate="tanh")`, `gelu_pytorch_tanh`).
+pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let inner = (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
+    x.clone().mul_scalar(0.5) * (inner.tanh().add_scalar(1.0))
+}
+
+/// Rows of queries processed at once in attention, so the score matrix of one block stays
+/// well under a storage-buffer binding (128 MiB on many WebGPU adapters).
+const SCORE_BLOCK_BYTES: usize = 32 << 20;
+
+/// Scaled dot-product attention with an optional additive mask.
+///
+/// # Shapes
+/// - `q`: `[heads, t, d]`, `k`, `v`: `[heads, s, d]` (KV heads already expanded)
+/// - `mask`: `[t, s]` with 0 or −∞
+/// - returns `[heads, t, d]`
+pub fn attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, mask: Option<Tensor<2>>, scale: f32) -> Tensor<3> {
+    let [heads, t, _] = q.dims();
+    let s = k.dims()[1];
+    let kt = k.swap_dims(1, 2);
+    let rows = (SCORE_BLOCK_BYTES / (heads * s * 4).max(1)).clamp(1, t.max(1));
+    let mut outs = Vec::new();
+    let mut start = 0;
+    while start < t {
+        let end = (start + rows).min(t);
+        let qb = q.clone().slice([0..heads, start..end, 0..q.dims()[2]]);
+        let mut scores = qb.matmul(kt.clone()).mul_scalar(scale);
+        if let Some(m) = &mask {
+            scores = scores + m.clone().slice([start..end, 0..s]).unsqueeze::<3>();
+        }
+        outs.push(softmax(scores, 2).matmul(v.clone()));
+        start = end;
+    }
+    if outs.len() == 1 {
+        outs.pop().expect("one block")
+    } else {
+        Tensor::cat(outs, 1)
+    }
+}
+
+/// Repeats each KV head `groups` times: `[kv, s, d] → [kv·groups, s, d]`, so query head `h`
+/// reads KV head `h / groups` (transformers `repeat_kv`).
+pub fn expand_kv(x: Tensor<3>, groups: usize) -> Tensor<3> {
+    if groups == 1 {
+        return x;
+    }
+    let [kv, s, d] = x.dims();
+    x.unsqueeze_dim::<4>(1).repeat_dim(1, groups).reshape([kv * groups, s, d])
+}
+
+/// RoPE tables for NEOX-style rotation (halves `i` and `i + d/2`), computed as transformers
+/// computes them in f32: `inv_freq = 1 / base^(2i/d) / scale`, angle = position · inv_freq.
+///
+/// Returns `(cos, sin)`, each `[positions.len(), 1, d/2]`.
+pub fn rope_tables(
+    positions: &[usize],
+    head_dim: usize,
+    base: f32,
+    scale: f32,
+    device: &burn::tensor::Device,
+) -> (Tensor<3>, Tensor<3>) {
+    let half = head_dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32) / scale)
+        .collect();
+    let mut cos = Vec::with_capacity(positions.len() * half);
+    let mut sin = Vec::with_capacity(positions.len() * half);
+    for &p in positions {
+        for f in &inv {
+            let a = p as f32 * f;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    let shape = [positions.len(), 1, half];
+    (
+        Tensor::from_data(TensorData::new(cos, shape), device),
+        Tensor::from_data(TensorData::new(sin, shape), device),
+    )
+}
+
+/// Rotates `x [t, heads, d]` by the tables of [`rope_tables`].
+pub fn apply_rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
+    let [t, h, d] = x.dims();
+    let half = d / 2;
+    let x1 = x.clone().slice([0..t, 0..h, 0..half]);
+    let x2 = x.slice([0..t, 0..h, half..d]);
+    let out1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+    let out2 = x2 * cos.clone() + x1 * sin.clone();
+    Tensor::cat(vec![out1, out2], 2)
+}
+
+/// Reads a tensor back to the host (async: the only way that works in a browser).
+pub async fn read_f32<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>, super::ModelError> {
+    t.into_data_async()
+        .await
+        .map_err(|e| super::ModelError::Readback(format!("{e:?}")))?
+        .try_into_vec::<f32>()
+        .map_err(|e| super::ModelError::Readback(format!("{e:?}")))
+}

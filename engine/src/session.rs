@@ -1,0 +1,322 @@
+//! The runtime API shared by the browser worker and the native CLI: load a model pair, encode
+//! images, prefill, score option letters, generate; with a per-study cache of image features
+//! and of the KV state of the prompt prefix the study's questions share.
+
+use std::collections::HashMap;
+
+use burn::tensor::{Device, Tensor};
+
+use crate::gguf::{Gguf, RangeSource};
+use crate::image::{self, Policy};
+use crate::model::load::{Loader, Progress};
+use crate::model::nn::read_f32;
+use crate::model::{Decoder, KvCache, ModelError, TextConfig, Vision, VisionConfig};
+use crate::rexvqa::{Letter, Record, prompt};
+use crate::tokenizer::{Tokenizer, ids};
+
+/// A loaded MedGemma: decoder, optional vision tower, tokenizer.
+pub struct Model {
+    /// The Gemma 3 decoder.
+    pub decoder: Decoder,
+    /// The vision tower and projector (absent for text-only use).
+    pub vision: Option<Vision>,
+    /// The tokenizer from the text GGUF.
+    pub tokenizer: Tokenizer,
+    device: Device,
+}
+
+/// Options of a load.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Bytes per streamed weight chunk (host read size and largest device buffer of a weight).
+    pub chunk_bytes: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            chunk_bytes: crate::model::load::DEFAULT_CHUNK_BYTES,
+        }
+    }
+}
+
+/// Logits and probabilities of the answer letters at the answer position.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OptionScores {
+    /// The letters scored, in order.
+    pub letters: Vec<Letter>,
+    /// Their logits.
+    pub logits: Vec<f32>,
+    /// Softmax over these logits only.
+    pub probs: Vec<f32>,
+    /// The letter with the highest logit (first on ties).
+    pub best: Letter,
+}
+
+/// Index of the largest value (first on ties, like `torch.argmax`).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn softmax(v: &[f32]) -> Vec<f32> {
+    let m = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f64> = v.iter().map(|x| f64::from(x - m).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.iter().map(|x| (x / s) as f32).collect()
+}
+
+impl Model {
+    /// Loads a text GGUF (and optionally its mmproj) onto `device`, streaming weights.
+    pub async fn load<T: RangeSource, V: RangeSource>(
+        text: &T,
+        mmproj: Option<&V>,
+        device: &Device,
+        opts: &LoadOptions,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Model, ModelError> {
+        let g = Gguf::read_async(text).await?;
+        let tokenizer = Tokenizer::from_gguf(&g).map_err(|e| ModelError::Unsupported(format!("tokenizer: {e}")))?;
+        let cfg = TextConfig::from_gguf(&g)?;
+        let hidden = cfg.hidden;
+        let vision_hdr = match mmproj {
+            Some(src) => {
+                let vg = Gguf::read_async(src).await?;
+                let vcfg = VisionConfig::from_gguf(&vg)?;
+                Some((vg, vcfg))
+            }
+            None => None,
+        };
+        let text_total: u64 = g.tensors.iter().map(|t| t.size).sum();
+        let all: u64 = text_total + vision_hdr.as_ref().map_or(0, |(vg, _)| vg.tensors.iter().map(|t| t.size).sum());
+        let mut report = |p: &Progress, base: u64| {
+            progress(&Progress {
+                done: base + p.done,
+                total: all,
+                tensor: p.tensor.clone(),
+            })
+        };
+        let decoder = {
+            let mut cb = |p: &Progress| report(p, 0);
+            let mut l = Loader::new(&g, text, device, opts.chunk_bytes, &mut cb);
+            Decoder::load(&mut l, cfg).await?
+        };
+        let vision = match (vision_hdr, mmproj) {
+            (Some((vg, vcfg)), Some(src)) => {
+                let mut cb = |p: &Progress| report(p, text_total);
+                let mut l = Loader::new(&vg, src, device, opts.chunk_bytes, &mut cb);
+                Some(Vision::load(&mut l, vcfg, hidden).await?)
+            }
+            _ => None,
+        };
+        Ok(Model {
+            decoder,
+            vision,
+            tokenizer,
+            device: device.clone(),
+        })
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Image tokens per image (256 for MedGemma).
+    pub fn tokens_per_image(&self) -> usize {
+        self.vision.as_ref().map_or(prompt::TOKENS_PER_IMAGE, |v| v.cfg.tokens_per_image())
+    }
+
+    fn vision(&self) -> Result<&Vision, ModelError> {
+        self.vision
+            .as_ref()
+            .ok_or_else(|| ModelError::Prompt("this prompt has images but no mmproj (vision) file is loaded".into()))
+    }
+
+    /// Decodes a PNG and preprocesses it for the tower (policy for 16-bit images).
+    pub fn preprocess_png(&self, png: &[u8], policy: Policy) -> Result<Vec<f32>, ModelError> {
+        let v = self.vision()?;
+        let img = image::decode_png(png).map_err(|e| ModelError::Prompt(e.to_string()))?;
+        Ok(image::preprocess_with(&img.to_8bit(policy), v.cfg.image_size as u32, v.cfg.mean, v.cfg.std))
+    }
+
+    /// Projected image features `[tokens_per_image, hidden]` of a preprocessed image.
+    pub fn encode_image(&self, pixels: &[f32]) -> Result<Tensor<2>, ModelError> {
+        self.vision()?.encode(pixels)
+    }
+
+    /// Token ids of a rendered prompt (special tokens written literally, one `<start_of_image>`
+    /// per image, expanded as Gemma3Processor expands it).
+    pub fn tokenize_rendered(&self, rendered: &str, n_images: usize) -> Result<Vec<u32>, ModelError> {
+        if self.tokens_per_image() != prompt::TOKENS_PER_IMAGE {
+            return Err(ModelError::Unsupported(format!(
+                "{} tokens per image (the Gemma 3 processor uses {})",
+                self.tokens_per_image(),
+                prompt::TOKENS_PER_IMAGE
+            )));
+        }
+        prompt::tokenize_prompt(&self.tokenizer, rendered, n_images).map_err(|e| ModelError::Prompt(e.to_string()))
+    }
+
+    /// Final hidden states of `ids` after `cache` (which is extended).
+    pub fn prefill(&self, ids: &[u32], images: &[Tensor<2>], cache: &mut KvCache) -> Result<Tensor<2>, ModelError> {
+        self.decoder.forward(ids, images, cache)
+    }
+
+    /// Full-vocabulary logits at the last position of `ids`.
+    pub async fn last_logits(&self, ids: &[u32], images: &[Tensor<2>]) -> Result<Vec<f32>, ModelError> {
+        let mut cache = self.decoder.new_cache();
+        let h = self.prefill(ids, images, &mut cache)?;
+        let t = ids.len();
+        read_f32(self.decoder.logits(h.slice([t - 1..t, 0..self.decoder.cfg.hidden]))).await
+    }
+
+    /// The token ids of the answer letters as the model writes them first after
+    /// `<start_of_turn>model\n` (no leading space).
+    pub fn letter_ids(&self, letters: &[Letter]) -> Result<Vec<u32>, ModelError> {
+        letters
+            .iter()
+            .map(|l| {
+                self.tokenizer
+                    .token_id(&l.to_string())
+                    .ok_or_else(|| ModelError::Unsupported(format!("the vocabulary has no token {l:?}")))
+            })
+            .collect()
+    }
+}
+
+/// A conversation state for one study: cached image features and the KV state of the last
+/// prompt, whose longest common prefix with the next prompt is reused.
+pub struct Session<'m> {
+    model: &'m Model,
+    images: HashMap<String, Tensor<2>>,
+    last: Option<(Vec<u32>, KvCache)>,
+    /// Prompt tokens actually computed by the last call (the rest came from the cache).
+    pub last_computed: usize,
+}
+
+impl<'m> Session<'m> {
+    /// A session without cached state.
+    pub fn new(model: &'m Model) -> Self {
+        Session {
+            model,
+            images: HashMap::new(),
+            last: None,
+            last_computed: 0,
+        }
+    }
+
+    /// Forgets everything (call when moving to another study).
+    pub fn clear(&mut self) {
+        self.images.clear();
+        self.last = None;
+    }
+
+    /// Image features for `key`, encoding with `load` only on the first request.
+    pub fn image(&mut self, key: &str, load: impl FnOnce() -> Result<Vec<f32>, ModelError>) -> Result<Tensor<2>, ModelError> {
+        if let Some(t) = self.images.get(key) {
+            return Ok(t.clone());
+        }
+        let feats = self.model.encode_image(&load()?)?;
+        self.images.insert(key.to_string(), feats.clone());
+        Ok(feats)
+    }
+
+    /// Prefills `ids`, reusing the cached KV state of the longest shared prefix that does not
+    /// cut an image; returns the hidden state of the last position `[1, hidden]`.
+    fn run(&mut self, ids: &[u32], images: &[Tensor<2>]) -> Result<(Tensor<2>, KvCache), ModelError> {
+        let (mut cache, start) = match &self.last {
+            Some((prev, cache)) => {
+                let mut lcp = prev.iter().zip(ids).take_while(|(a, b)| a == b).count().min(ids.len() - 1);
+                // Image tokens attend both ways inside their run: never reuse part of one.
+                while lcp > 0 && ids[lcp] == ids::IMAGE_SOFT && ids[lcp - 1] == ids::IMAGE_SOFT {
+                    lcp -= 1;
+                }
+                let mut c = cache.clone();
+                c.truncate(lcp);
+                (c, lcp)
+            }
+            None => (self.model.decoder.new_cache(), 0),
+        };
+        let images_before = count_image_runs(&ids[..start]);
+        let rest = &ids[start..];
+        let h = self.model.prefill(rest, &images[images_before..], &mut cache)?;
+        self.last_computed = rest.len();
+        let t = rest.len();
+        let last = h.slice([t - 1..t, 0..self.model.decoder.cfg.hidden]);
+        self.last = Some((ids.to_vec(), cache.clone()));
+        Ok((last, cache))
+    }
+
+    /// Logits and probabilities of `letters` at the answer position of `ids`.
+    pub async fn score_options(
+        &mut self,
+        ids: &[u32],
+        images: &[Tensor<2>],
+        letters: &[Letter],
+    ) -> Result<OptionScores, ModelError> {
+        let letter_ids = self.model.letter_ids(letters)?;
+        let (h, _) = self.run(ids, images)?;
+        let logits = read_f32(self.model.decoder.logits_for(h, &letter_ids)).await?;
+        let best = letters[argmax(&logits)];
+        Ok(OptionScores {
+            letters: letters.to_vec(),
+            probs: softmax(&logits),
+            logits,
+            best,
+        })
+    }
+
+    /// Greedy decoding of at most `max_new` tokens, stopping at `<eos>` or `<end_of_turn>`;
+    /// `on_token` sees each token id and the text decoded so far. Returns the generated ids.
+    pub async fn generate(
+        &mut self,
+        ids: &[u32],
+        images: &[Tensor<2>],
+        max_new: usize,
+        on_token: &mut dyn FnMut(u32, &str),
+    ) -> Result<Vec<u32>, ModelError> {
+        let stops = [ids::EOS, ids::END_OF_TURN, self.model.tokenizer.eos()];
+        let (mut h, mut cache) = self.run(ids, images)?;
+        let mut out = Vec::new();
+        for _ in 0..max_new {
+            let logits = read_f32(self.model.decoder.logits(h)).await?;
+            let next = argmax(&logits) as u32;
+            if stops.contains(&next) {
+                break;
+            }
+            out.push(next);
+            on_token(next, &self.model.tokenizer.decode(&out, true));
+            let hh = self.model.prefill(&[next], &[], &mut cache)?;
+            h = hh;
+        }
+        Ok(out)
+    }
+}
+
+fn count_image_runs(ids: &[u32]) -> usize {
+    ids.iter()
+        .enumerate()
+        .filter(|(i, t)| **t == ids::IMAGE_SOFT && (*i == 0 || ids[i - 1] != ids::IMAGE_SOFT))
+        .count()
+}
+
+/// How a ReXVQA question is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Option-letter logits at the answer position, no decoding.
+    Fast,
+    /// Greedy decoding of up to 256 tokens and the official extraction (as ReXrank's script).
+    Official,
+}
+
+/// The official prompt of a record with `n_images` images, rendered and tokenised.
+pub fn record_prompt(model: &Model, r: &Record, n_images: usize) -> Result<Vec<u32>, ModelError> {
+    model.tokenize_rendered(&prompt::official_chat(r, n_images), n_images)
+}
