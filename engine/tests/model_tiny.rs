@@ -145,3 +145,27 @@ fn tiny_f32_on_cpu_matches_transformers() {
     compare(&c, 1e-3);
     greedy(&c, 1e-3);
 }
+
+#[test]
+fn tiny_q8_0_on_cpu_matches_transformers_on_the_dequantised_weights() {
+    let c = load("tiny-q8_0", &device::cpu());
+    compare(&c, 1e-2);
+    greedy(&c, 1e-2);
+}
+
+#[test]
+fn tinyk_q4_k_m_on_cpu_matches_transformers_on_the_dequantised_weights() {
+    let c = load("tinyk-q4_k_m", &device::cpu());
+    compare(&c, 1e-2);
+    greedy(&c, 1e-2);
+}
+
+#[test]
+fn tiny_models_on_wgpu_match_transformers() {
+    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    for (tag, tol) in [("tiny-f32", 1e-3), ("tiny-q8_0", 1e-2), ("tinyk-q4_k_m", 1e-2)] {
+        let c = load(tag, &dev);
+        compare(&c, tol);
+        greedy(&c, tol);
+    }
+}

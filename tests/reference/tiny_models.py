@@ -223,13 +223,11 @@ def quantise_mmproj_q8(src, dst):
     import gguf
     from gguf.quants import quantize
     r = gguf_reader(src)
-    w = gguf.GGUFWriter(str(dst), arch=None)
-    w.kv_data = [{}]
+    w = gguf.GGUFWriter(str(dst), arch="clip")
     for field in r.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
         w.add_key_value(field.name, field.contents(), field.types[0], field.types[-1] if len(field.types) > 1 else None)
-    w.add_architecture() if False else None
     for t in r.tensors:
         data = np.asarray(t.data)
         shape = [int(d) for d in reversed(t.shape)]
