@@ -54,33 +54,55 @@ impl QuantOps for Flex {
         let ty = ggml(ty_id);
         let m = xs.len() / k;
         let wpr = row_words(ty, k);
-        let row_dots = |r: usize, row: &mut [f32], col: &mut [f32]| {
-            dequantize_packed(ty, &ws[r * wpr..(r + 1) * wpr], k, row).expect("row is whole blocks");
-            for (i, c) in col.iter_mut().enumerate() {
-                *c = xs[i * k..(i + 1) * k].iter().zip(row.iter()).map(|(a, b)| a * b).sum();
+        // Dequantise ROW_BLOCK rows at a time (a small bounded scratch, never the whole matrix)
+        // and multiply them with an optimised GEMM: out[:, block] = x · blockᵀ.
+        const ROW_BLOCK: usize = 64;
+        let block = |b: usize| -> Vec<f32> {
+            let r0 = b * ROW_BLOCK;
+            let nb = ROW_BLOCK.min(n - r0);
+            let mut w = vec![0f32; nb * k];
+            dequantize_packed(ty, &ws[r0 * wpr..(r0 + nb) * wpr], k, &mut w).expect("rows are whole blocks");
+            let mut out = vec![0f32; m * nb];
+            // SAFETY: the pointers cover m×nb (dst), m×k (lhs) and nb×k (rhs) f32 values with
+            // the strides given; the buffers outlive the call.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    nb,
+                    k,
+                    out.as_mut_ptr(),
+                    1,
+                    nb as isize,
+                    false,
+                    xs.as_ptr(),
+                    1,
+                    k as isize,
+                    w.as_ptr(),
+                    k as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
             }
+            out
         };
-        // Column-major scratch (one column of m outputs per weight row), transposed at the end.
-        let mut cols = vec![0f32; n * m];
+        let n_blocks = n.div_ceil(ROW_BLOCK);
         #[cfg(not(target_arch = "wasm32"))]
-        {
+        let parts: Vec<Vec<f32>> = {
             use rayon::prelude::*;
-            cols.par_chunks_mut(m.max(1)).enumerate().for_each_init(
-                || vec![0f32; k],
-                |row, (r, col)| row_dots(r, row, col),
-            );
-        }
+            (0..n_blocks).into_par_iter().map(block).collect()
+        };
         #[cfg(target_arch = "wasm32")]
-        {
-            let mut row = vec![0f32; k];
-            for (r, col) in cols.chunks_mut(m.max(1)).enumerate() {
-                row_dots(r, &mut row, col);
-            }
-        }
+        let parts: Vec<Vec<f32>> = (0..n_blocks).map(block).collect();
         let mut out = vec![0f32; m * n];
-        for r in 0..n {
+        for (b, part) in parts.iter().enumerate() {
+            let (r0, nb) = (b * ROW_BLOCK, ROW_BLOCK.min(n - b * ROW_BLOCK));
             for i in 0..m {
-                out[i * n + r] = cols[r * m + i];
+                out[i * n + r0..i * n + r0 + nb].copy_from_slice(&part[i * nb..(i + 1) * nb]);
             }
         }
         burn::backend::flex::FlexTensor::from_data(TensorData::new(out, [m, n]))
