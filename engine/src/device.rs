@@ -48,12 +48,21 @@ pub fn wgpu() -> Result<Device, DeviceError> {
 }
 
 /// The WebGPU device in the browser (must be awaited; sync initialisation panics there).
+/// Opened once per wasm instance, like the native device.
 #[cfg(target_arch = "wasm32")]
 pub async fn wgpu_async() -> Result<Device, DeviceError> {
-    Device::wgpu_options()
-        .init_async()
-        .await
-        .map_err(|e| DeviceError(format!("{e:?}")))
+    use std::sync::OnceLock;
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    if let Some(d) = DEVICE.get() {
+        return Ok(d.clone());
+    }
+    let result = Device::wgpu_options().init_async().await;
+    // Another caller may have finished first while this one awaited.
+    if let Some(d) = DEVICE.get() {
+        return Ok(d.clone());
+    }
+    let d = result.map_err(|e| DeviceError(format!("{e:?}")))?;
+    Ok(DEVICE.get_or_init(|| d).clone())
 }
 
 /// A device of the given kind (native).

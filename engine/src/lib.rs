@@ -2,6 +2,7 @@
 //! tokenizer, ReXVQA data and the benchmark's scoring. No UI code lives here.
 
 pub mod device;
+pub mod eval;
 pub mod gguf;
 pub mod image;
 pub mod model;

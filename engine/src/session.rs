@@ -81,7 +81,8 @@ impl Model {
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Model, ModelError> {
         let g = Gguf::read_async(text).await?;
-        let tokenizer = Tokenizer::from_gguf(&g).map_err(|e| ModelError::Unsupported(format!("tokenizer: {e}")))?;
+        let tokenizer = Tokenizer::from_gguf(&g)
+            .map_err(|e| ModelError::Unsupported(format!("tokenizer: {e}")))?;
         let cfg = TextConfig::from_gguf(&g)?;
         let hidden = cfg.hidden;
         let vision_hdr = match mmproj {
@@ -93,7 +94,10 @@ impl Model {
             None => None,
         };
         let text_total: u64 = g.tensors.iter().map(|t| t.size).sum();
-        let all: u64 = text_total + vision_hdr.as_ref().map_or(0, |(vg, _)| vg.tensors.iter().map(|t| t.size).sum());
+        let all: u64 = text_total
+            + vision_hdr
+                .as_ref()
+                .map_or(0, |(vg, _)| vg.tensors.iter().map(|t| t.size).sum());
         let mut report = |p: &Progress, base: u64| {
             progress(&Progress {
                 done: base + p.done,
@@ -129,20 +133,29 @@ impl Model {
 
     /// Image tokens per image (256 for MedGemma).
     pub fn tokens_per_image(&self) -> usize {
-        self.vision.as_ref().map_or(prompt::TOKENS_PER_IMAGE, |v| v.cfg.tokens_per_image())
+        self.vision
+            .as_ref()
+            .map_or(prompt::TOKENS_PER_IMAGE, |v| v.cfg.tokens_per_image())
     }
 
     fn vision(&self) -> Result<&Vision, ModelError> {
-        self.vision
-            .as_ref()
-            .ok_or_else(|| ModelError::Prompt("this prompt has images but no mmproj (vision) file is loaded".into()))
+        self.vision.as_ref().ok_or_else(|| {
+            ModelError::Prompt(
+                "this prompt has images but no mmproj (vision) file is loaded".into(),
+            )
+        })
     }
 
     /// Decodes a PNG and preprocesses it for the tower (policy for 16-bit images).
     pub fn preprocess_png(&self, png: &[u8], policy: Policy) -> Result<Vec<f32>, ModelError> {
         let v = self.vision()?;
         let img = image::decode_png(png).map_err(|e| ModelError::Prompt(e.to_string()))?;
-        Ok(image::preprocess_with(&img.to_8bit(policy), v.cfg.image_size as u32, v.cfg.mean, v.cfg.std))
+        Ok(image::preprocess_with(
+            &img.to_8bit(policy),
+            v.cfg.image_size as u32,
+            v.cfg.mean,
+            v.cfg.std,
+        ))
     }
 
     /// Projected image features `[tokens_per_image, hidden]` of a preprocessed image.
@@ -152,7 +165,11 @@ impl Model {
 
     /// Token ids of a rendered prompt (special tokens written literally, one `<start_of_image>`
     /// per image, expanded as Gemma3Processor expands it).
-    pub fn tokenize_rendered(&self, rendered: &str, n_images: usize) -> Result<Vec<u32>, ModelError> {
+    pub fn tokenize_rendered(
+        &self,
+        rendered: &str,
+        n_images: usize,
+    ) -> Result<Vec<u32>, ModelError> {
         if self.tokens_per_image() != prompt::TOKENS_PER_IMAGE {
             return Err(ModelError::Unsupported(format!(
                 "{} tokens per image (the Gemma 3 processor uses {})",
@@ -160,20 +177,34 @@ impl Model {
                 prompt::TOKENS_PER_IMAGE
             )));
         }
-        prompt::tokenize_prompt(&self.tokenizer, rendered, n_images).map_err(|e| ModelError::Prompt(e.to_string()))
+        prompt::tokenize_prompt(&self.tokenizer, rendered, n_images)
+            .map_err(|e| ModelError::Prompt(e.to_string()))
     }
 
     /// Final hidden states of `ids` after `cache` (which is extended).
-    pub fn prefill(&self, ids: &[u32], images: &[Tensor<2>], cache: &mut KvCache) -> Result<Tensor<2>, ModelError> {
+    pub fn prefill(
+        &self,
+        ids: &[u32],
+        images: &[Tensor<2>],
+        cache: &mut KvCache,
+    ) -> Result<Tensor<2>, ModelError> {
         self.decoder.forward(ids, images, cache)
     }
 
     /// Full-vocabulary logits at the last position of `ids`.
-    pub async fn last_logits(&self, ids: &[u32], images: &[Tensor<2>]) -> Result<Vec<f32>, ModelError> {
+    pub async fn last_logits(
+        &self,
+        ids: &[u32],
+        images: &[Tensor<2>],
+    ) -> Result<Vec<f32>, ModelError> {
         let mut cache = self.decoder.new_cache();
         let h = self.prefill(ids, images, &mut cache)?;
         let t = ids.len();
-        read_f32(self.decoder.logits(h.slice([t - 1..t, 0..self.decoder.cfg.hidden]))).await
+        read_f32(
+            self.decoder
+                .logits(h.slice([t - 1..t, 0..self.decoder.cfg.hidden])),
+        )
+        .await
     }
 
     /// The token ids of the answer letters as the model writes them first after
@@ -182,9 +213,9 @@ impl Model {
         letters
             .iter()
             .map(|l| {
-                self.tokenizer
-                    .token_id(&l.to_string())
-                    .ok_or_else(|| ModelError::Unsupported(format!("the vocabulary has no token {l:?}")))
+                self.tokenizer.token_id(&l.to_string()).ok_or_else(|| {
+                    ModelError::Unsupported(format!("the vocabulary has no token {l:?}"))
+                })
             })
             .collect()
     }
@@ -217,22 +248,38 @@ impl<'m> Session<'m> {
         self.last = None;
     }
 
-    /// Image features for `key`, encoding with `load` only on the first request.
-    pub fn image(&mut self, key: &str, load: impl FnOnce() -> Result<Vec<f32>, ModelError>) -> Result<Tensor<2>, ModelError> {
-        if let Some(t) = self.images.get(key) {
-            return Ok(t.clone());
-        }
-        let feats = self.model.encode_image(&load()?)?;
+    /// Cached image features for `key` (an image path and policy), if encoded already.
+    pub fn cached_image(&self, key: &str) -> Option<Tensor<2>> {
+        self.images.get(key).cloned()
+    }
+
+    /// Encodes a preprocessed image and caches its features under `key`.
+    pub fn add_image(&mut self, key: &str, pixels: &[f32]) -> Result<Tensor<2>, ModelError> {
+        let feats = self.model.encode_image(pixels)?;
         self.images.insert(key.to_string(), feats.clone());
         Ok(feats)
     }
 
+    /// The model this session runs.
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
     /// Prefills `ids`, reusing the cached KV state of the longest shared prefix that does not
     /// cut an image; returns the hidden state of the last position `[1, hidden]`.
-    fn run(&mut self, ids: &[u32], images: &[Tensor<2>]) -> Result<(Tensor<2>, KvCache), ModelError> {
+    fn run(
+        &mut self,
+        ids: &[u32],
+        images: &[Tensor<2>],
+    ) -> Result<(Tensor<2>, KvCache), ModelError> {
         let (mut cache, start) = match &self.last {
             Some((prev, cache)) => {
-                let mut lcp = prev.iter().zip(ids).take_while(|(a, b)| a == b).count().min(ids.len() - 1);
+                let mut lcp = prev
+                    .iter()
+                    .zip(ids)
+                    .take_while(|(a, b)| a == b)
+                    .count()
+                    .min(ids.len() - 1);
                 // Image tokens attend both ways inside their run: never reuse part of one.
                 while lcp > 0 && ids[lcp] == ids::IMAGE_SOFT && ids[lcp - 1] == ids::IMAGE_SOFT {
                     lcp -= 1;
@@ -245,7 +292,9 @@ impl<'m> Session<'m> {
         };
         let images_before = count_image_runs(&ids[..start]);
         let rest = &ids[start..];
-        let h = self.model.prefill(rest, &images[images_before..], &mut cache)?;
+        let h = self
+            .model
+            .prefill(rest, &images[images_before..], &mut cache)?;
         self.last_computed = rest.len();
         let t = rest.len();
         let last = h.slice([t - 1..t, 0..self.model.decoder.cfg.hidden]);

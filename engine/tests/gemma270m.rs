@@ -11,7 +11,11 @@ use rexvqa_engine::model::nn::read_f32;
 use rexvqa_engine::session::{LoadOptions, Model, Session, argmax};
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 #[test]
@@ -19,12 +23,21 @@ fn gemma3_270m_on_cpu_matches_transformers() {
     let golden = common::golden_json_gz("gemma270m.json.gz");
     let src = FileSource::open(common::gemma270m()).unwrap();
     let dev = device::cpu();
-    let model = pollster::block_on(Model::load(&src, None::<&FileSource>, &dev, &LoadOptions::default(), &mut |_| {})).unwrap();
+    let model = pollster::block_on(Model::load(
+        &src,
+        None::<&FileSource>,
+        &dev,
+        &LoadOptions::default(),
+        &mut |_| {},
+    ))
+    .unwrap();
     let hidden = model.decoder.cfg.hidden;
     let subset = ids(&golden["subset_ids"]);
     let mut worst = 0f32;
     for (name, g) in golden["prompts"].as_object().unwrap() {
-        let input = model.tokenizer.encode(g["text"].as_str().unwrap(), false, true);
+        let input = model
+            .tokenizer
+            .encode(g["text"].as_str().unwrap(), false, true);
         assert_eq!(input, ids(&g["input_ids"]), "{name}: token ids");
         let mut cache = model.decoder.new_cache();
         let h = model.prefill(&input, &[], &mut cache).unwrap();
@@ -47,12 +60,20 @@ fn gemma3_270m_on_cpu_matches_transformers() {
                 }
             }
         }
-        let mismatches: Vec<usize> = (0..t).filter(|&p| got_argmax[p] != want_argmax[p]).collect();
-        assert!(mismatches.is_empty(), "{name}: argmax differs at positions {mismatches:?}");
+        let mismatches: Vec<usize> = (0..t)
+            .filter(|&p| got_argmax[p] != want_argmax[p])
+            .collect();
+        assert!(
+            mismatches.is_empty(),
+            "{name}: argmax differs at positions {mismatches:?}"
+        );
         for (pos, want) in g["positions"].as_object().unwrap() {
             let row = &rows[&pos.parse::<usize>().unwrap()];
             for pair in want["top"].as_array().unwrap() {
-                worst = worst.max((row[pair[0].as_u64().unwrap() as usize] - pair[1].as_f64().unwrap() as f32).abs());
+                worst = worst.max(
+                    (row[pair[0].as_u64().unwrap() as usize] - pair[1].as_f64().unwrap() as f32)
+                        .abs(),
+                );
             }
             for (id, l) in subset.iter().zip(want["subset"].as_array().unwrap()) {
                 worst = worst.max((row[*id as usize] - l.as_f64().unwrap() as f32).abs());
@@ -62,7 +83,11 @@ fn gemma3_270m_on_cpu_matches_transformers() {
         let mut s = Session::new(&model);
         let got = pollster::block_on(s.generate(&input, &[], 32, &mut |_, _| {})).unwrap();
         assert_eq!(got, want_greedy[..got.len()], "{name}: greedy continuation");
-        assert_eq!(got.len(), want_greedy.len().min(32), "{name}: greedy stopped early");
+        assert_eq!(
+            got.len(),
+            want_greedy.len().min(32),
+            "{name}: greedy stopped early"
+        );
     }
     println!("gemma3 270m: max |Δlogit| vs transformers = {worst:.2e}");
     assert!(worst <= 1e-2, "max |Δlogit| {worst} > 1e-2");

@@ -18,33 +18,68 @@ struct Case {
 
 fn load(tag: &str, dev: &Device) -> Case {
     let golden = common::golden_json_gz(&format!("tiny_{tag}.json.gz"));
-    let text = common::model_fixture(golden["text_gguf"].as_str().unwrap(), golden["text_sha256"].as_str().unwrap());
-    let mmproj = common::model_fixture(golden["mmproj_gguf"].as_str().unwrap(), golden["mmproj_sha256"].as_str().unwrap());
-    let (t, v) = (FileSource::open(text).unwrap(), FileSource::open(mmproj).unwrap());
-    let model = pollster::block_on(Model::load(&t, Some(&v), dev, &LoadOptions::default(), &mut |_| {})).unwrap();
+    let text = common::model_fixture(
+        golden["text_gguf"].as_str().unwrap(),
+        golden["text_sha256"].as_str().unwrap(),
+    );
+    let mmproj = common::model_fixture(
+        golden["mmproj_gguf"].as_str().unwrap(),
+        golden["mmproj_sha256"].as_str().unwrap(),
+    );
+    let (t, v) = (
+        FileSource::open(text).unwrap(),
+        FileSource::open(mmproj).unwrap(),
+    );
+    let model = pollster::block_on(Model::load(
+        &t,
+        Some(&v),
+        dev,
+        &LoadOptions::default(),
+        &mut |_| {},
+    ))
+    .unwrap();
     Case { golden, model }
 }
 
 fn rendered(name: &str) -> (String, usize) {
-    let opts = ["A. Yes, small left effusion", "B. No effusion", "C. Right-sided effusion", "D. Cannot be determined"]
-        .map(String::from);
+    let opts = [
+        "A. Yes, small left effusion",
+        "B. No effusion",
+        "C. Right-sided effusion",
+        "D. Cannot be determined",
+    ]
+    .map(String::from);
     match name {
         "official_one_image" => (
             prompt::chat(
                 Some(prompt::SYSTEM),
-                &prompt::user_text("Is there evidence of pleural effusion in the left lower lobe?", &opts, None),
+                &prompt::user_text(
+                    "Is there evidence of pleural effusion in the left lower lobe?",
+                    &opts,
+                    None,
+                ),
                 1,
             ),
             1,
         ),
-        "two_images" => (prompt::chat(None, "Compare the PA and lateral views.", 2), 2),
-        "text_only" => (prompt::chat(None, "Describe normal heart size on a chest X-ray.", 0), 0),
+        "two_images" => (
+            prompt::chat(None, "Compare the PA and lateral views.", 2),
+            2,
+        ),
+        "text_only" => (
+            prompt::chat(None, "Describe normal heart size on a chest X-ray.", 0),
+            0,
+        ),
         other => panic!("unknown prompt {other}"),
     }
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// Max |Δ| of logits and image features against the golden file.
@@ -52,22 +87,35 @@ fn compare(case: &Case, tol: f32) -> (f32, f32) {
     let m = &case.model;
     let root = common::repo_root();
     let pngs: Vec<Vec<u8>> = (0..2)
-        .map(|i| std::fs::read(root.join(format!("tests/fixtures/images/tiny_ref_{i}.png"))).unwrap())
+        .map(|i| {
+            std::fs::read(root.join(format!("tests/fixtures/images/tiny_ref_{i}.png"))).unwrap()
+        })
         .collect();
-    let pixels: Vec<Vec<f32>> = pngs.iter().map(|p| m.preprocess_png(p, Policy::Scale).unwrap()).collect();
+    let pixels: Vec<Vec<f32>> = pngs
+        .iter()
+        .map(|p| m.preprocess_png(p, Policy::Scale).unwrap())
+        .collect();
     let feats: Vec<_> = pixels.iter().map(|p| m.encode_image(p).unwrap()).collect();
     let subset = ids(&case.golden["subset_ids"]);
     let (mut max_logit, mut max_feat) = (0f32, 0f32);
     for (name, g) in case.golden["prompts"].as_object().unwrap() {
         let (text, n_img) = rendered(name);
         let input = m.tokenize_rendered(&text, n_img).unwrap();
-        assert_eq!(input, ids(&g["input_ids"]), "{name}: token ids differ from transformers");
+        assert_eq!(
+            input,
+            ids(&g["input_ids"]),
+            "{name}: token ids differ from transformers"
+        );
         if let Some(shas) = g.get("pixel_values_sha256") {
             for (i, want) in shas.as_array().unwrap().iter().enumerate() {
                 use sha2::{Digest, Sha256};
                 let mut h = Sha256::new();
                 pixels[i].iter().for_each(|x| h.update(x.to_le_bytes()));
-                assert_eq!(format!("{:x}", h.finalize()), want.as_str().unwrap(), "{name}: pixel values of image {i}");
+                assert_eq!(
+                    format!("{:x}", h.finalize()),
+                    want.as_str().unwrap(),
+                    "{name}: pixel values of image {i}"
+                );
             }
         }
         if let Some(f) = g.get("image_features") {
@@ -76,7 +124,8 @@ fn compare(case: &Case, tol: f32) -> (f32, f32) {
             for (row, want) in f["rows"].as_object().unwrap() {
                 let r: usize = row.parse().unwrap();
                 for (j, w) in want.as_array().unwrap().iter().enumerate() {
-                    max_feat = max_feat.max((got[r * hidden + j] - w.as_f64().unwrap() as f32).abs());
+                    max_feat =
+                        max_feat.max((got[r * hidden + j] - w.as_f64().unwrap() as f32).abs());
                 }
             }
             let mut abs_sum = 0f64;
@@ -85,23 +134,37 @@ fn compare(case: &Case, tol: f32) -> (f32, f32) {
                 abs_sum += all.iter().map(|x| f64::from(x.abs())).sum::<f64>();
             }
             let want = f["abs_sum"].as_f64().unwrap();
-            assert!((abs_sum - want).abs() / want < 1e-4, "{name}: feature magnitude {abs_sum} vs {want}");
+            assert!(
+                (abs_sum - want).abs() / want < 1e-4,
+                "{name}: feature magnitude {abs_sum} vs {want}"
+            );
         }
         let mut cache = m.decoder.new_cache();
         let h = m.prefill(&input, &feats[..n_img], &mut cache).unwrap();
         let hidden = m.decoder.cfg.hidden;
         for (pos, want) in g["positions"].as_object().unwrap() {
             let p: usize = pos.parse().unwrap();
-            let logits = pollster::block_on(read_f32(m.decoder.logits(h.clone().slice([p..p + 1, 0..hidden])))).unwrap();
+            let logits = pollster::block_on(read_f32(
+                m.decoder.logits(h.clone().slice([p..p + 1, 0..hidden])),
+            ))
+            .unwrap();
             for pair in want["top"].as_array().unwrap() {
-                let (id, l) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
+                let (id, l) = (
+                    pair[0].as_u64().unwrap() as usize,
+                    pair[1].as_f64().unwrap() as f32,
+                );
                 max_logit = max_logit.max((logits[id] - l).abs());
             }
             for (id, l) in subset.iter().zip(want["subset"].as_array().unwrap()) {
-                max_logit = max_logit.max((logits[*id as usize] - l.as_f64().unwrap() as f32).abs());
+                max_logit =
+                    max_logit.max((logits[*id as usize] - l.as_f64().unwrap() as f32).abs());
             }
             let top0 = want["top"][0][0].as_u64().unwrap() as usize;
-            assert_eq!(rexvqa_engine::session::argmax(&logits), top0, "{name} position {p}: argmax differs");
+            assert_eq!(
+                rexvqa_engine::session::argmax(&logits),
+                top0,
+                "{name} position {p}: argmax differs"
+            );
         }
     }
     assert!(max_logit <= tol, "max |Δlogit| {max_logit} > {tol}");
@@ -114,14 +177,23 @@ fn compare(case: &Case, tol: f32) -> (f32, f32) {
 /// every step the same top-5 logits.
 fn greedy(case: &Case, tol: f32) {
     let m = &case.model;
-    let png = std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
-    let f = m.encode_image(&m.preprocess_png(&png, Policy::Scale).unwrap()).unwrap();
+    let png =
+        std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
+    let f = m
+        .encode_image(&m.preprocess_png(&png, Policy::Scale).unwrap())
+        .unwrap();
     let (text, _) = rendered("official_one_image");
     let input = m.tokenize_rendered(&text, 1).unwrap();
     let g = &case.golden["greedy_official"];
     let want = ids(&g["ids"]);
     let mut s = Session::new(m);
-    let got = pollster::block_on(s.generate(&input, &[f.clone()], want.len(), &mut |_, _| {})).unwrap();
+    let got = pollster::block_on(s.generate(
+        &input,
+        std::slice::from_ref(&f),
+        want.len(),
+        &mut |_, _| {},
+    ))
+    .unwrap();
     assert_eq!(got, want, "greedy continuation differs");
     let hidden = m.decoder.cfg.hidden;
     let mut cache = m.decoder.new_cache();
@@ -129,9 +201,13 @@ fn greedy(case: &Case, tol: f32) {
     let mut worst = 0f32;
     for (step, top) in g["top5_per_step"].as_array().unwrap().iter().enumerate() {
         let t = h.dims()[0];
-        let logits = pollster::block_on(read_f32(m.decoder.logits(h.slice([t - 1..t, 0..hidden])))).unwrap();
+        let logits =
+            pollster::block_on(read_f32(m.decoder.logits(h.slice([t - 1..t, 0..hidden])))).unwrap();
         for pair in top.as_array().unwrap() {
-            let (id, l) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
+            let (id, l) = (
+                pair[0].as_u64().unwrap() as usize,
+                pair[1].as_f64().unwrap() as f32,
+            );
             worst = worst.max((logits[id] - l).abs());
         }
         h = m.prefill(&[want[step]], &[], &mut cache).unwrap();
@@ -163,7 +239,11 @@ fn tinyk_q4_k_m_on_cpu_matches_transformers_on_the_dequantised_weights() {
 #[test]
 fn tiny_models_on_wgpu_match_transformers() {
     let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
-    for (tag, tol) in [("tiny-f32", 1e-3), ("tiny-q8_0", 1e-2), ("tinyk-q4_k_m", 1e-2)] {
+    for (tag, tol) in [
+        ("tiny-f32", 1e-3),
+        ("tiny-q8_0", 1e-2),
+        ("tinyk-q4_k_m", 1e-2),
+    ] {
         let c = load(tag, &dev);
         compare(&c, tol);
         greedy(&c, tol);

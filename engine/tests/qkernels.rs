@@ -8,7 +8,12 @@ fn run_all(dev: &burn::tensor::Device, label: &str) {
         // Small chunks force the multi-buffer path on the larger cases.
         let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
         let o = pollster::block_on(check_matmul(dev, ty, m, n, k, chunk, i as u64)).unwrap();
-        assert!(o.worst_ratio <= 1.0, "{label}: {} (error {:.2}× the bound)", o.worst, o.worst_ratio);
+        assert!(
+            o.worst_ratio <= 1.0,
+            "{label}: {} (error {:.2}× the bound)",
+            o.worst,
+            o.worst_ratio
+        );
     }
 }
 

@@ -32,3 +32,150 @@ async fn gguf_reads_asynchronously_in_the_browser() {
     let raw2 = g.read_tensor(&mut sync, t).unwrap();
     assert_eq!(y, quant::dequantize_vec(t.ty, &raw2, 512).unwrap());
 }
+
+mod model_in_browser {
+    use std::io::Read;
+
+    use rexvqa_engine::device;
+    use rexvqa_engine::gguf::SliceSource;
+    use rexvqa_engine::image::Policy;
+    use rexvqa_engine::model::nn::read_f32;
+    use rexvqa_engine::quant::conformance::{cases, check_matmul};
+    use rexvqa_engine::rexvqa::{Letter, prompt};
+    use rexvqa_engine::session::{LoadOptions, Model, Session};
+    use wasm_bindgen_test::*;
+
+    fn gunzip(gz: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(gz)
+            .read_to_end(&mut out)
+            .expect("valid gzip");
+        out
+    }
+
+    const TEXT: &[u8] = include_bytes!("../../tests/fixtures/models/tiny-q8_0.gguf.gz");
+    const MMPROJ: &[u8] = include_bytes!("../../tests/fixtures/models/tiny-q8_0-mmproj.gguf.gz");
+    const GOLDEN: &[u8] = include_bytes!("../../tests/reference/golden/tiny_tiny-q8_0.json.gz");
+    const IMAGE: &[u8] = include_bytes!("../../tests/fixtures/images/tiny_ref_0.png");
+
+    #[wasm_bindgen_test]
+    async fn every_quant_kernel_matches_the_cpu_reference_on_webgpu() {
+        let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
+            let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
+            let o = check_matmul(&dev, ty, m, n, k, chunk, i as u64)
+                .await
+                .unwrap();
+            assert!(
+                o.worst_ratio <= 1.0,
+                "WebGPU: {} ({:.2}× the bound)",
+                o.worst,
+                o.worst_ratio
+            );
+        }
+    }
+
+    /// Letter logits of the official prompt and the last-position logits of the top-32 ids.
+    async fn run(model: &Model) -> (Vec<f32>, Vec<f32>, Vec<u32>) {
+        let opts = [
+            "A. Yes, small left effusion",
+            "B. No effusion",
+            "C. Right-sided effusion",
+            "D. Cannot be determined",
+        ]
+        .map(String::from);
+        let text = prompt::chat(
+            Some(prompt::SYSTEM),
+            &prompt::user_text(
+                "Is there evidence of pleural effusion in the left lower lobe?",
+                &opts,
+                None,
+            ),
+            1,
+        );
+        let ids = model.tokenize_rendered(&text, 1).unwrap();
+        let feats = model
+            .encode_image(&model.preprocess_png(IMAGE, Policy::Scale).unwrap())
+            .unwrap();
+        let mut s = Session::new(model);
+        let scores = s
+            .score_options(&ids, std::slice::from_ref(&feats), &Letter::ALL)
+            .await
+            .unwrap();
+        let logits = model.last_logits(&ids, &[feats]).await.unwrap();
+        (scores.logits, logits, ids)
+    }
+
+    #[wasm_bindgen_test]
+    async fn tiny_model_on_webgpu_matches_transformers_and_the_cpu_path() {
+        let golden: serde_json::Value = serde_json::from_slice(&gunzip(GOLDEN)).unwrap();
+        let (text, mmproj) = (SliceSource(gunzip(TEXT)), SliceSource(gunzip(MMPROJ)));
+        let gpu = device::wgpu_async().await.expect("WebGPU adapter");
+        let on_gpu = Model::load(
+            &text,
+            Some(&mmproj),
+            &gpu,
+            &LoadOptions::default(),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+        let (gpu_letters, gpu_logits, ids) = run(&on_gpu).await;
+        let on_cpu = Model::load(
+            &text,
+            Some(&mmproj),
+            &device::cpu(),
+            &LoadOptions::default(),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+        let (cpu_letters, cpu_logits, _) = run(&on_cpu).await;
+
+        let g = &golden["prompts"]["official_one_image"];
+        let want_ids: Vec<u32> = g["input_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(ids, want_ids);
+        let last = (ids.len() - 1).to_string();
+        let mut worst = 0f32;
+        for pair in g["positions"][&last]["top"].as_array().unwrap() {
+            let (id, l) = (
+                pair[0].as_u64().unwrap() as usize,
+                pair[1].as_f64().unwrap() as f32,
+            );
+            worst = worst.max((gpu_logits[id] - l).abs());
+        }
+        assert!(
+            worst <= 1e-2,
+            "WebGPU vs transformers: max |Δlogit| {worst}"
+        );
+        let rank = |v: &[f32]| {
+            let mut o: Vec<usize> = (0..v.len()).collect();
+            o.sort_by(|&a, &b| v[b].total_cmp(&v[a]));
+            o
+        };
+        assert_eq!(
+            rank(&gpu_letters),
+            rank(&cpu_letters),
+            "option ranking differs between WebGPU and CPU"
+        );
+        let d = gpu_logits
+            .iter()
+            .zip(&cpu_logits)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(d <= 1e-2, "WebGPU vs CPU: max |Δlogit| {d}");
+        let _ = read_f32::<1>;
+        web_sys_log(&format!(
+            "WebGPU vs transformers {worst:.2e}, vs CPU {d:.2e}"
+        ));
+    }
+
+    fn web_sys_log(s: &str) {
+        wasm_bindgen_test::console_log!("{}", s);
+    }
+}

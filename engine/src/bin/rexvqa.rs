@@ -1,11 +1,19 @@
-//! `rexvqa`: the native command line of the engine.
+//! `rexvqa`: the native command line of the engine (the same session and scoring code as the
+//! browser app, so its numbers are the app's numbers).
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use rexvqa_engine::device::{self, BackendKind};
+use rexvqa_engine::eval::{self, Answer, Clock, ImageStore, Settings};
 use rexvqa_engine::gguf::{FileSource, Gguf};
+use rexvqa_engine::image::Policy;
 use rexvqa_engine::rexvqa::synth::{SynthOptions, generate};
+use rexvqa_engine::rexvqa::{Scope, Split};
+use rexvqa_engine::session::{LoadOptions, Mode, Model, Session};
 use rexvqa_engine::tokenizer::Tokenizer;
 
 #[derive(Parser)]
@@ -19,13 +27,45 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Args)]
+struct ModelArgs {
+    /// The text GGUF (gemma3).
+    #[arg(long)]
+    model: PathBuf,
+    /// The mmproj GGUF (clip with the gemma3 projector); needed for images.
+    #[arg(long)]
+    mmproj: Option<PathBuf>,
+    /// cpu (burn-flex) or wgpu (Vulkan/Metal/DX12).
+    #[arg(long, default_value = "cpu", value_parser = parse_backend)]
+    backend: BackendKind,
+}
+
+#[derive(Args)]
+struct DataArgs {
+    /// A split file (metadata/<split>_vqa_data.json).
+    #[arg(long)]
+    split: PathBuf,
+    /// The folder holding deid_png/ (default: the split file's grandparent).
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// fast (option logits) or official (greedy decoding + official extraction).
+    #[arg(long, default_value = "fast", value_parser = parse_mode)]
+    mode: Mode,
+    /// 16→8-bit mapping: scale, minmax or pillow-clamp.
+    #[arg(long, default_value = "scale", value_parser = parse_policy)]
+    policy: Policy,
+    /// Use every view of a study instead of only the first image (the official protocol).
+    #[arg(long)]
+    all_images: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Summarise a GGUF file: architecture, tensor types, metadata (arrays summarised).
     Inspect {
         /// The GGUF file.
         file: PathBuf,
-        /// Print JSON (the default is also JSON; the flag is accepted for scripts).
+        /// Print JSON (always JSON; accepted for scripts).
         #[arg(long)]
         json: bool,
         /// List every tensor with its type, shape and offset.
@@ -43,12 +83,68 @@ enum Command {
         /// Read the text from a file instead.
         #[arg(long)]
         text_file: Option<PathBuf>,
-        /// Print JSON (default).
+        /// Print JSON (always JSON; accepted for scripts).
         #[arg(long)]
         json: bool,
         /// Do not prepend BOS even when the file asks for it.
         #[arg(long)]
         no_bos: bool,
+    },
+    /// Top-K logits at the last position of a rendered prompt.
+    Logits {
+        #[command(flatten)]
+        m: ModelArgs,
+        /// PNG images, in the order of the <start_of_image> markers.
+        #[arg(long)]
+        image: Vec<PathBuf>,
+        /// Rendered prompt with special tokens written literally (<bos> gives id 2; no other BOS is added).
+        #[arg(long, conflicts_with = "prompt_file")]
+        prompt: Option<String>,
+        /// Read the prompt from a file instead.
+        #[arg(long)]
+        prompt_file: Option<PathBuf>,
+        /// How many logits to print.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// 16→8-bit mapping for 16-bit PNGs.
+        #[arg(long, default_value = "scale", value_parser = parse_policy)]
+        policy: Policy,
+        /// Print JSON (always JSON; accepted for scripts).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer one ReXVQA question.
+    Answer {
+        #[command(flatten)]
+        m: ModelArgs,
+        #[command(flatten)]
+        d: DataArgs,
+        /// The question id (a key of the split file).
+        #[arg(long)]
+        id: String,
+    },
+    /// Evaluate a split (or part of it) and write predictions and the report; resumes from its
+    /// journal (OUT.journal.jsonl) when interrupted.
+    Eval {
+        #[command(flatten)]
+        m: ModelArgs,
+        #[command(flatten)]
+        d: DataArgs,
+        /// Only the first N questions (in evaluation order).
+        #[arg(long, conflicts_with_all = ["stratified", "shard"])]
+        limit: Option<usize>,
+        /// N questions per task, drawn with --seed.
+        #[arg(long, conflicts_with = "shard")]
+        stratified: Option<usize>,
+        /// Seed of the stratified draw.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Shard k/n (whole studies per shard).
+        #[arg(long)]
+        shard: Option<String>,
+        /// Predictions file (leaderboard JSON); the report goes to OUT.report.json / .md / .csv.
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Write a synthetic ReXVQA split (16-bit PNGs + metadata JSON) in the real layout.
     Synth {
@@ -76,10 +172,102 @@ enum Command {
     },
 }
 
-fn open(path: &PathBuf) -> Result<(Gguf, FileSource), String> {
-    let mut src = FileSource::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let g = Gguf::read(&mut src).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok((g, src))
+fn parse_backend(s: &str) -> Result<BackendKind, String> {
+    BackendKind::parse(s).ok_or_else(|| format!("{s:?}: use cpu or wgpu"))
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "fast" => Ok(Mode::Fast),
+        "official" => Ok(Mode::Official),
+        _ => Err(format!("{s:?}: use fast or official")),
+    }
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    Policy::parse(s).ok_or_else(|| format!("{s:?}: use scale, minmax or pillow-clamp"))
+}
+
+fn err(path: &Path, e: impl std::fmt::Display) -> String {
+    format!("{}: {e}", path.display())
+}
+
+fn load_model(m: &ModelArgs) -> Result<Model, String> {
+    let dev = device::open(m.backend).map_err(|e| e.to_string())?;
+    let text = FileSource::open(&m.model).map_err(|e| err(&m.model, e))?;
+    let mmproj = match &m.mmproj {
+        Some(p) => Some(FileSource::open(p).map_err(|e| err(p, e))?),
+        None => None,
+    };
+    let mut last = 0u64;
+    let mut progress = |p: &rexvqa_engine::model::load::Progress| {
+        let pct = p.done * 100 / p.total.max(1);
+        if pct >= last + 10 {
+            last = pct;
+            eprintln!("loading: {pct}%");
+        }
+    };
+    pollster::block_on(Model::load(
+        &text,
+        mmproj.as_ref(),
+        &dev,
+        &LoadOptions::default(),
+        &mut progress,
+    ))
+    .map_err(|e| e.to_string())
+}
+
+struct Folder(PathBuf);
+
+impl ImageStore for Folder {
+    async fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        std::fs::read(self.0.join(path)).map_err(|e| format!("{e}"))
+    }
+}
+
+struct Wall(Instant);
+
+impl Clock for Wall {
+    fn now_ms(&self) -> f64 {
+        self.0.elapsed().as_secs_f64() * 1000.0
+    }
+}
+
+fn open_split(d: &DataArgs) -> Result<(Split, Folder), String> {
+    let text = std::fs::read_to_string(&d.split).map_err(|e| err(&d.split, e))?;
+    let split = Split::from_json(&text).map_err(|e| err(&d.split, e))?;
+    let root = match &d.root {
+        Some(r) => r.clone(),
+        None => d
+            .split
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+    };
+    Ok((split, Folder(root)))
+}
+
+fn settings(d: &DataArgs) -> Settings {
+    Settings {
+        mode: d.mode,
+        policy: d.policy,
+        all_images: d.all_images,
+        ..Settings::default()
+    }
+}
+
+fn with_ext(out: &Path, ext: &str) -> PathBuf {
+    let mut s = out.as_os_str().to_owned();
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    // Write then rename, so an interrupted write never leaves half a file.
+    let tmp = with_ext(path, ".tmp");
+    std::fs::write(&tmp, text).map_err(|e| err(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| err(path, e))
 }
 
 fn run(cli: Cli) -> Result<(), String> {
@@ -89,15 +277,14 @@ fn run(cli: Cli) -> Result<(), String> {
             json: _,
             tensors,
         } => {
-            let (g, _) = open(&file)?;
+            let mut src = FileSource::open(&file).map_err(|e| err(&file, e))?;
+            let g = Gguf::read(&mut src).map_err(|e| err(&file, e))?;
             let mut out = g.summary_json();
             if tensors {
                 out["tensors"] = g
                     .tensors
                     .iter()
-                    .map(|t| {
-                        serde_json::json!({"name": t.name, "type": t.ty.to_string(), "dims": t.dims, "offset": t.offset})
-                    })
+                    .map(|t| serde_json::json!({"name": t.name, "type": t.ty.to_string(), "dims": t.dims, "offset": t.offset}))
                     .collect();
             }
             println!(
@@ -114,15 +301,178 @@ fn run(cli: Cli) -> Result<(), String> {
         } => {
             let text = match (text, text_file) {
                 (Some(t), _) => t,
-                (None, Some(p)) => {
-                    std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?
-                }
+                (None, Some(p)) => std::fs::read_to_string(&p).map_err(|e| err(&p, e))?,
                 (None, None) => return Err("give --text or --text-file".into()),
             };
-            let (g, _) = open(&model)?;
-            let tok = Tokenizer::from_gguf(&g).map_err(|e| format!("{}: {e}", model.display()))?;
-            let ids = tok.encode(&text, !no_bos, true);
-            println!("{}", serde_json::json!({ "ids": ids }));
+            let mut src = FileSource::open(&model).map_err(|e| err(&model, e))?;
+            let g = Gguf::read(&mut src).map_err(|e| err(&model, e))?;
+            let tok = Tokenizer::from_gguf(&g).map_err(|e| err(&model, e))?;
+            println!(
+                "{}",
+                serde_json::json!({ "ids": tok.encode(&text, !no_bos, true) })
+            );
+        }
+        Command::Logits {
+            m,
+            image,
+            prompt,
+            prompt_file,
+            top,
+            policy,
+            json: _,
+        } => {
+            let prompt = match (prompt, prompt_file) {
+                (Some(t), _) => t,
+                (None, Some(p)) => std::fs::read_to_string(&p).map_err(|e| err(&p, e))?,
+                (None, None) => return Err("give --prompt or --prompt-file".into()),
+            };
+            let model = load_model(&m)?;
+            let mut feats = Vec::new();
+            for p in &image {
+                let png = std::fs::read(p).map_err(|e| err(p, e))?;
+                let px = model.preprocess_png(&png, policy).map_err(|e| err(p, e))?;
+                feats.push(model.encode_image(&px).map_err(|e| e.to_string())?);
+            }
+            let ids = model
+                .tokenize_rendered(&prompt, image.len())
+                .map_err(|e| e.to_string())?;
+            let logits =
+                pollster::block_on(model.last_logits(&ids, &feats)).map_err(|e| e.to_string())?;
+            let mut order: Vec<usize> = (0..logits.len()).collect();
+            order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+            let top: Vec<_> = order
+                .iter()
+                .take(top)
+                .map(|&i| serde_json::json!({"id": i, "logit": logits[i]}))
+                .collect();
+            println!("{}", serde_json::json!({"input_ids": ids, "top": top}));
+        }
+        Command::Answer { m, d, id } => {
+            let (split, folder) = open_split(&d)?;
+            let r = split
+                .get(&id)
+                .ok_or_else(|| format!("question {id:?} is not in {}", d.split.display()))?;
+            let model = load_model(&m)?;
+            let mut session = Session::new(&model);
+            let s = settings(&d);
+            let a = pollster::block_on(eval::answer(
+                &mut session,
+                r,
+                &s,
+                &folder,
+                &Wall(Instant::now()),
+                &mut |_| {},
+            ))
+            .map_err(|e| e.to_string())?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "id": r.id, "task": r.task.name(), "question": r.question, "options": r.options,
+                    "correct_answer": r.correct, "prediction": a.prediction, "robust_prediction": a.robust,
+                    "probabilities": a.probs, "response": a.response, "missing_images": a.missing_images, "ms": a.ms,
+                }))
+                .map_err(|e| e.to_string())?
+            );
+        }
+        Command::Eval {
+            m,
+            d,
+            limit,
+            stratified,
+            seed,
+            shard,
+            out,
+        } => {
+            let scope = match (limit, stratified, shard) {
+                (Some(n), _, _) => Scope::First(n),
+                (_, Some(n), _) => Scope::Stratified { per_task: n, seed },
+                (_, _, Some(s)) => Scope::parse_shard(&s).map_err(|e| e.to_string())?,
+                _ => Scope::All,
+            };
+            let (split, folder) = open_split(&d)?;
+            let s = settings(&d);
+            let journal_path = with_ext(&out, ".journal.jsonl");
+            let mut done = match std::fs::read_to_string(&journal_path) {
+                Ok(t) => eval::read_journal(&t),
+                Err(_) => Vec::new(),
+            };
+            let in_scope = split.select(&scope).map_err(|e| e.to_string())?.len();
+            let todo = eval::pending(&split, &scope, &done).map_err(|e| e.to_string())?;
+            if !done.is_empty() {
+                eprintln!("resuming: {} answered, {} to go", done.len(), todo.len());
+            }
+            let model = load_model(&m)?;
+            let mut session = Session::new(&model);
+            let mut journal = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&journal_path)
+                .map_err(|e| err(&journal_path, e))?;
+            let clock = Wall(Instant::now());
+            let mut study = String::new();
+            for (n, &i) in todo.iter().enumerate() {
+                let r = &split.records[i];
+                if r.study_key() != study {
+                    session.clear();
+                    study = r.study_key().to_string();
+                }
+                let a: Answer = pollster::block_on(eval::answer(
+                    &mut session,
+                    r,
+                    &s,
+                    &folder,
+                    &clock,
+                    &mut |_| {},
+                ))
+                .map_err(|e| format!("question {}: {e}", r.id))?;
+                journal
+                    .write_all(eval::journal_line(&a).as_bytes())
+                    .and_then(|()| journal.flush())
+                    .map_err(|e| err(&journal_path, e))?;
+                done.push(a);
+                let elapsed = clock.now_ms() / 1000.0;
+                let rate = (n + 1) as f64 / elapsed.max(1e-9);
+                eprintln!(
+                    "{}/{} answered, {:.2} q/s, ETA {:.0} s",
+                    n + 1,
+                    todo.len(),
+                    rate,
+                    (todo.len() - n - 1) as f64 / rate
+                );
+            }
+            let report = eval::report(&split, &done, &s, in_scope);
+            let info = [
+                ("text model", m.model.display().to_string()),
+                (
+                    "mmproj",
+                    m.mmproj
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|| "none".into()),
+                ),
+                ("backend", format!("{:?}", m.backend).to_lowercase()),
+                ("engine", format!("rexvqa {}", env!("CARGO_PKG_VERSION"))),
+            ];
+            write(
+                &out,
+                &serde_json::to_string_pretty(&eval::leaderboard(&split, &done))
+                    .map_err(|e| e.to_string())?,
+            )?;
+            write(
+                &with_ext(&out, ".report.json"),
+                &serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?,
+            )?;
+            write(
+                &with_ext(&out, ".report.md"),
+                &eval::markdown(&report, &info),
+            )?;
+            write(&with_ext(&out, ".csv"), &eval::csv(&split, &done))?;
+            let o = &report.official.overall;
+            println!(
+                "{}",
+                serde_json::json!({"answered": report.answered, "in_scope": in_scope, "accuracy": o.accuracy,
+                    "ci": [o.ci_low, o.ci_high], "failed_extractions": report.official.failed_extractions})
+            );
         }
         Command::Synth {
             out,
@@ -145,10 +495,10 @@ fn run(cli: Cli) -> Result<(), String> {
                 size_range: (min_size, max_size),
                 split,
             };
-            let mut err = None;
+            let mut failure = None;
             let mut count = 0usize;
             generate(&opts, |f| {
-                if err.is_some() {
+                if failure.is_some() {
                     return;
                 }
                 let path = out.join(&f.path);
@@ -158,10 +508,10 @@ fn run(cli: Cli) -> Result<(), String> {
                     .and_then(|()| std::fs::write(&path, &f.bytes));
                 match r {
                     Ok(()) => count += 1,
-                    Err(e) => err = Some(format!("{}: {e}", path.display())),
+                    Err(e) => failure = Some(err(&path, e)),
                 }
             });
-            if let Some(e) = err {
+            if let Some(e) = failure {
                 return Err(e);
             }
             eprintln!("wrote {count} files under {}", out.display());

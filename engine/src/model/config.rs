@@ -81,9 +81,10 @@ impl TextConfig {
         let swa_pattern = match g.get(&k("attention.sliding_window_pattern")) {
             None => DEFAULT_SWA_PATTERN,
             // Newer llama.cpp writes one bool per layer (true = sliding).
-            Some(crate::gguf::Value::Array(Array::Bool(v))) => {
-                v.iter().position(|s| !s).map_or(DEFAULT_SWA_PATTERN, |i| i + 1)
-            }
+            Some(crate::gguf::Value::Array(Array::Bool(v))) => v
+                .iter()
+                .position(|s| !s)
+                .map_or(DEFAULT_SWA_PATTERN, |i| i + 1),
             Some(_) => u("attention.sliding_window_pattern")?,
         };
         let vocab = g
@@ -104,7 +105,10 @@ impl TextConfig {
                 .f64_opt(&k("attention.layer_norm_rms_epsilon"))
                 .map_err(gguf_err)?
                 .unwrap_or(1e-6) as f32,
-            rope_base: g.f64_opt(&k("rope.freq_base")).map_err(gguf_err)?.unwrap_or(10_000.0) as f32,
+            rope_base: g
+                .f64_opt(&k("rope.freq_base"))
+                .map_err(gguf_err)?
+                .unwrap_or(10_000.0) as f32,
             rope_base_swa: g
                 .f64_opt(&k("rope.freq_base_swa"))
                 .map_err(gguf_err)?
@@ -129,11 +133,17 @@ impl TextConfig {
 
     fn validate(&self) -> Result<(), ModelError> {
         let bad = |why: String| Err(ModelError::Unsupported(why));
-        if self.heads == 0 || self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
-            return bad(format!("{} query heads cannot share {} KV heads", self.heads, self.kv_heads));
+        if self.heads == 0 || self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
+            return bad(format!(
+                "{} query heads cannot share {} KV heads",
+                self.heads, self.kv_heads
+            ));
         }
-        if self.head_dim % 2 != 0 || self.head_dim == 0 {
-            return bad(format!("head width {} must be even for RoPE", self.head_dim));
+        if !self.head_dim.is_multiple_of(2) || self.head_dim == 0 {
+            return bad(format!(
+                "head width {} must be even for RoPE",
+                self.head_dim
+            ));
         }
         if self.swa_pattern == 0 || self.layers == 0 || self.hidden == 0 {
             return bad("empty model dimensions".into());
@@ -143,7 +153,7 @@ impl TextConfig {
 
     /// Whether layer `i` attends globally (every `swa_pattern`-th layer; the rest slide).
     pub fn is_global(&self, i: usize) -> bool {
-        self.sliding_window == 0 || (i + 1) % self.swa_pattern == 0
+        self.sliding_window == 0 || (i + 1).is_multiple_of(self.swa_pattern)
     }
 }
 
@@ -183,7 +193,10 @@ impl VisionConfig {
                 found: arch.to_string(),
             });
         }
-        let proj = g.str_opt("clip.projector_type").map_err(gguf_err)?.unwrap_or("");
+        let proj = g
+            .str_opt("clip.projector_type")
+            .map_err(gguf_err)?
+            .unwrap_or("");
         if proj != "gemma3" {
             return Err(ModelError::WrongArchitecture {
                 what: "mmproj projector",
@@ -191,11 +204,17 @@ impl VisionConfig {
                 found: proj.to_string(),
             });
         }
-        let u = |s: &str| g.u64(&format!("clip.vision.{s}")).map(|v| v as usize).map_err(gguf_err);
+        let u = |s: &str| {
+            g.u64(&format!("clip.vision.{s}"))
+                .map(|v| v as usize)
+                .map_err(gguf_err)
+        };
         let triple = |key: &str| -> Result<[f32; 3], ModelError> {
             match g.get(key) {
                 None => Ok([0.5; 3]),
-                Some(crate::gguf::Value::Array(Array::F32(v))) if v.len() == 3 => Ok([v[0], v[1], v[2]]),
+                Some(crate::gguf::Value::Array(Array::F32(v))) if v.len() == 3 => {
+                    Ok([v[0], v[1], v[2]])
+                }
                 Some(v) => Err(ModelError::Unsupported(format!("{key} = {v:?}"))),
             }
         };
@@ -218,14 +237,21 @@ impl VisionConfig {
             std: triple("clip.vision.image_std")?,
         };
         let side = cfg.patches_per_side();
-        if cfg.patch_size == 0 || cfg.image_size % cfg.patch_size != 0 || cfg.pool == 0 || side % cfg.pool != 0 {
+        if cfg.patch_size == 0
+            || !cfg.image_size.is_multiple_of(cfg.patch_size)
+            || cfg.pool == 0
+            || !side.is_multiple_of(cfg.pool)
+        {
             return Err(ModelError::Unsupported(format!(
                 "image {} / patch {} / pooling {} do not tile",
                 cfg.image_size, cfg.patch_size, cfg.pool
             )));
         }
-        if cfg.heads == 0 || cfg.hidden % cfg.heads != 0 {
-            return Err(ModelError::Unsupported(format!("{} heads do not divide width {}", cfg.heads, cfg.hidden)));
+        if cfg.heads == 0 || !cfg.hidden.is_multiple_of(cfg.heads) {
+            return Err(ModelError::Unsupported(format!(
+                "{} heads do not divide width {}",
+                cfg.heads, cfg.hidden
+            )));
         }
         Ok(cfg)
     }

@@ -6,10 +6,10 @@ use std::ops::Range;
 
 use burn::tensor::{Device, Tensor, TensorData};
 
+use super::ModelError;
 use super::config::TextConfig;
 use super::load::Loader;
 use super::nn::{apply_rope, attention, expand_kv, gelu_tanh, rms_norm, rope_tables};
-use super::ModelError;
 use crate::gguf::RangeSource;
 use crate::quant::ops::QMatrix;
 use crate::tokenizer::ids;
@@ -107,7 +107,11 @@ pub fn mask_values(q0: usize, t: usize, spans: &[Range<usize>], window: Option<u
 }
 
 impl Layer {
-    async fn load<S: RangeSource>(l: &mut Loader<'_, S>, i: usize, c: &TextConfig) -> Result<Layer, ModelError> {
+    async fn load<S: RangeSource>(
+        l: &mut Loader<'_, S>,
+        i: usize,
+        c: &TextConfig,
+    ) -> Result<Layer, ModelError> {
         let n = |s: &str| format!("blk.{i}.{s}");
         let (h, q_dim, kv_dim) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
         Ok(Layer {
@@ -155,7 +159,13 @@ impl Layer {
         };
         *cache = Some((k.clone(), v.clone()));
         let g = c.heads / c.kv_heads;
-        let a = attention(q, expand_kv(k, g), expand_kv(v, g), Some(mask.clone()), c.attn_scale);
+        let a = attention(
+            q,
+            expand_kv(k, g),
+            expand_kv(v, g),
+            Some(mask.clone()),
+            c.attn_scale,
+        );
         let a = a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]);
         let h = x + rms_norm(self.attn_output.matmul(a), &self.post_attention_norm, c.eps);
         let hn = rms_norm(h.clone(), &self.ffn_norm, c.eps);
@@ -166,9 +176,16 @@ impl Layer {
 
 impl Decoder {
     /// Loads every decoder weight (streaming, tensor by tensor).
-    pub async fn load<S: RangeSource>(l: &mut Loader<'_, S>, cfg: TextConfig) -> Result<Decoder, ModelError> {
-        let token_embd = l.qmatrix("token_embd.weight", cfg.vocab, cfg.hidden).await?;
-        if l.info("output.weight", &[cfg.hidden as u64, cfg.vocab as u64]).is_ok() {
+    pub async fn load<S: RangeSource>(
+        l: &mut Loader<'_, S>,
+        cfg: TextConfig,
+    ) -> Result<Decoder, ModelError> {
+        let token_embd = l
+            .qmatrix("token_embd.weight", cfg.vocab, cfg.hidden)
+            .await?;
+        if l.info("output.weight", &[cfg.hidden as u64, cfg.vocab as u64])
+            .is_ok()
+        {
             return Err(ModelError::Unsupported(
                 "a separate output.weight (Gemma 3 ties the head to token_embd)".into(),
             ));
@@ -195,7 +212,12 @@ impl Decoder {
     /// Runs `ids` (image soft tokens as [`ids::IMAGE_SOFT`]) through the decoder after what the
     /// cache holds; `images` are the projected features `[tokens, hidden]` of each run of image
     /// tokens, in order. Returns the final-normed hidden states `[t, hidden]`.
-    pub fn forward(&self, input: &[u32], images: &[Tensor<2>], cache: &mut KvCache) -> Result<Tensor<2>, ModelError> {
+    pub fn forward(
+        &self,
+        input: &[u32],
+        images: &[Tensor<2>],
+        cache: &mut KvCache,
+    ) -> Result<Tensor<2>, ModelError> {
         let c = &self.cfg;
         let (q0, t) = (cache.len, input.len());
         if t == 0 {
@@ -213,18 +235,31 @@ impl Decoder {
                 spans.push(s..i);
             } else {
                 if input[i] as usize >= c.vocab {
-                    return Err(ModelError::Prompt(format!("token id {} is outside the {}-token vocabulary", input[i], c.vocab)));
+                    return Err(ModelError::Prompt(format!(
+                        "token id {} is outside the {}-token vocabulary",
+                        input[i], c.vocab
+                    )));
                 }
                 i += 1;
             }
         }
         if spans.len() != images.len() {
-            return Err(ModelError::Prompt(format!("{} image token runs but {} images", spans.len(), images.len())));
+            return Err(ModelError::Prompt(format!(
+                "{} image token runs but {} images",
+                spans.len(),
+                images.len()
+            )));
         }
-        let lookup: Vec<u32> = input.iter().map(|&t| if t == ids::IMAGE_SOFT { 0 } else { t }).collect();
+        let lookup: Vec<u32> = input
+            .iter()
+            .map(|&t| if t == ids::IMAGE_SOFT { 0 } else { t })
+            .collect();
         // Token embeddings are scaled by sqrt(hidden); image embeddings are not.
         // ref: transformers Gemma3TextScaledWordEmbedding; llama.cpp gemma3 graph ggml_scale(inpL, sqrtf(n_embd)).
-        let mut x = self.token_embd.gather(&lookup).mul_scalar((c.hidden as f32).sqrt());
+        let mut x = self
+            .token_embd
+            .gather(&lookup)
+            .mul_scalar((c.hidden as f32).sqrt());
         for (span, feats) in spans.iter().zip(images) {
             let [n, h] = feats.dims();
             if n != span.len() || h != c.hidden {
@@ -236,12 +271,23 @@ impl Decoder {
             }
             x = x.slice_assign([span.clone(), 0..h], feats.clone());
         }
-        cache.image_spans.extend(spans.iter().map(|s| s.start + q0..s.end + q0));
+        cache
+            .image_spans
+            .extend(spans.iter().map(|s| s.start + q0..s.end + q0));
         let positions: Vec<usize> = (q0..q0 + t).collect();
-        let rope_global = rope_tables(&positions, c.head_dim, c.rope_base, c.rope_scale, &self.device);
+        let rope_global = rope_tables(
+            &positions,
+            c.head_dim,
+            c.rope_base,
+            c.rope_scale,
+            &self.device,
+        );
         let rope_local = rope_tables(&positions, c.head_dim, c.rope_base_swa, 1.0, &self.device);
         let mask = |w: Option<usize>| {
-            Tensor::<2>::from_data(TensorData::new(mask_values(q0, t, &cache.image_spans, w), [t, q0 + t]), &self.device)
+            Tensor::<2>::from_data(
+                TensorData::new(mask_values(q0, t, &cache.image_spans, w), [t, q0 + t]),
+                &self.device,
+            )
         };
         let mask_global = mask(None);
         let mask_local = (c.sliding_window > 0).then(|| mask(Some(c.sliding_window)));
@@ -292,7 +338,7 @@ mod tests {
 
     #[test]
     fn masks_are_causal_windowed_and_bidirectional_within_images() {
-        let spans = [2..5];
+        let spans = vec![std::ops::Range { start: 2, end: 5 }];
         let g = mask_values(0, 7, &spans, None);
         assert!(allowed(&g, 7, 1, 0) && !allowed(&g, 7, 1, 2));
         // Image tokens 2..5 see each other both ways, text after sees all before it.

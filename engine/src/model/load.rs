@@ -92,7 +92,12 @@ impl<'a, S: RangeSource> Loader<'a, S> {
         Ok(t)
     }
 
-    async fn read(&mut self, t: &TensorInfo, offset: u64, len: usize) -> Result<Vec<u8>, ModelError> {
+    async fn read(
+        &mut self,
+        t: &TensorInfo,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, ModelError> {
         let bytes = self
             .src
             .read_range(t.offset + offset, len)
@@ -116,8 +121,14 @@ impl<'a, S: RangeSource> Loader<'a, S> {
     }
 
     /// A `[rows, cols]` matrix (ggml dims `[cols, rows]`) kept in its block format.
-    pub async fn qmatrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<QMatrix, ModelError> {
-        self.qmatrix_with_dims(name, &[cols as u64, rows as u64], rows, cols).await
+    pub async fn qmatrix(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<QMatrix, ModelError> {
+        self.qmatrix_with_dims(name, &[cols as u64, rows as u64], rows, cols)
+            .await
     }
 
     /// A tensor of ggml dims `dims` read as `rows` rows of `cols` (e.g. a conv kernel
@@ -136,15 +147,22 @@ impl<'a, S: RangeSource> Loader<'a, S> {
         let mut row = 0;
         while row < rows {
             let n = per.min(rows - row);
-            let bytes = self.read(t, (row * row_bytes) as u64, n * row_bytes).await?;
-            q.push_chunk(&bytes, n, &self.device).map_err(quant_err(name))?;
+            let bytes = self
+                .read(t, (row * row_bytes) as u64, n * row_bytes)
+                .await?;
+            q.push_chunk(&bytes, n, &self.device)
+                .map_err(quant_err(name))?;
             row += n;
         }
         Ok(q)
     }
 
     /// A tensor dequantised on the host to f32 (norms, biases, embeddings tables of the tower).
-    pub async fn dense<const D: usize>(&mut self, name: &str, shape: [usize; D]) -> Result<Tensor<D>, ModelError> {
+    pub async fn dense<const D: usize>(
+        &mut self,
+        name: &str,
+        shape: [usize; D],
+    ) -> Result<Tensor<D>, ModelError> {
         let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
         let t = self.info(name, &dims)?;
         let bytes = self.read(t, 0, t.size as usize).await?;
@@ -161,7 +179,12 @@ impl<'a, S: RangeSource> Loader<'a, S> {
     /// A matrix stored in HF's `[in, out]` order (ggml dims `[out, in]`), transposed to `[out, in]`
     /// rows on the host. Only element types (F32/F16/BF16) can be transposed losslessly, and
     /// llama.cpp's converter forces F16 for the one tensor stored this way.
-    pub async fn qmatrix_transposed(&mut self, name: &str, out: usize, inp: usize) -> Result<QMatrix, ModelError> {
+    pub async fn qmatrix_transposed(
+        &mut self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> Result<QMatrix, ModelError> {
         let t = self.info(name, &[out as u64, inp as u64])?;
         let width = match t.ty {
             GgmlType::F32 => 4,
@@ -181,7 +204,8 @@ impl<'a, S: RangeSource> Loader<'a, S> {
             }
         }
         let mut q = QMatrix::streaming(t.ty, out, inp);
-        q.push_chunk(&tr, out, &self.device).map_err(quant_err(name))?;
+        q.push_chunk(&tr, out, &self.device)
+            .map_err(quant_err(name))?;
         Ok(q)
     }
 }

@@ -57,7 +57,9 @@ pub enum ModelError {
     #[error("unsupported: {0}")]
     Unsupported(String),
     /// The text model and the mmproj do not belong together.
-    #[error("the mmproj projects to width {mmproj} but the text model is {text} wide: they are not a pair")]
+    #[error(
+        "the mmproj projects to width {mmproj} but the text model is {text} wide: they are not a pair"
+    )]
     Mismatch {
         /// Projector output width.
         mmproj: usize,

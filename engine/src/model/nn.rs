@@ -17,13 +17,15 @@ pub fn layer_norm(x: Tensor<2>, w: &Tensor<1>, b: &Tensor<1>, eps: f32) -> Tenso
     let mean = x.clone().mean_dim(1);
     let centered = x - mean;
     let var = centered.clone().powi_scalar(2).mean_dim(1);
-    centered * var.add_scalar(eps).sqrt().recip() * w.clone().unsqueeze::<2>() + b.clone().unsqueeze::<2>()
+    centered * var.add_scalar(eps).sqrt().recip() * w.clone().unsqueeze::<2>()
+        + b.clone().unsqueeze::<2>()
 }
 
 /// GELU with the tanh approximation (PyTorch `gelu(approximate="tanh")`, `gelu_pytorch_tanh`).
 pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    let inner = (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
+    let inner =
+        (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
     x.clone().mul_scalar(0.5) * (inner.tanh().add_scalar(1.0))
 }
 
@@ -37,7 +39,13 @@ const SCORE_BLOCK_BYTES: usize = 32 << 20;
 /// - `q`: `[heads, t, d]`, `k`, `v`: `[heads, s, d]` (KV heads already expanded)
 /// - `mask`: `[t, s]` with 0 or −∞
 /// - returns `[heads, t, d]`
-pub fn attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, mask: Option<Tensor<2>>, scale: f32) -> Tensor<3> {
+pub fn attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    mask: Option<Tensor<2>>,
+    scale: f32,
+) -> Tensor<3> {
     let [heads, t, _] = q.dims();
     let s = k.dims()[1];
     let kt = k.swap_dims(1, 2);
@@ -68,7 +76,9 @@ pub fn expand_kv(x: Tensor<3>, groups: usize) -> Tensor<3> {
         return x;
     }
     let [kv, s, d] = x.dims();
-    x.unsqueeze_dim::<4>(1).repeat_dim(1, groups).reshape([kv * groups, s, d])
+    x.unsqueeze_dim::<4>(1)
+        .repeat_dim(1, groups)
+        .reshape([kv * groups, s, d])
 }
 
 /// RoPE tables for NEOX-style rotation (halves `i` and `i + d/2`), computed as transformers

@@ -3,10 +3,10 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
+use super::ModelError;
 use super::config::VisionConfig;
 use super::load::Loader;
 use super::nn::{attention, gelu_tanh, layer_norm, rms_norm};
-use super::ModelError;
 use crate::gguf::RangeSource;
 use crate::quant::ops::QMatrix;
 
@@ -68,8 +68,14 @@ impl Vision {
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
             let n = |s: &str| format!("v.blk.{i}.{s}");
-            let mut lin = async |s: &str, rows: usize, cols: usize| -> Result<(QMatrix, Tensor<1>), ModelError> {
-                Ok((l.qmatrix(&n(&format!("{s}.weight")), rows, cols).await?, l.vector(&n(&format!("{s}.bias")), rows).await?))
+            let mut lin = async |s: &str,
+                                 rows: usize,
+                                 cols: usize|
+                   -> Result<(QMatrix, Tensor<1>), ModelError> {
+                Ok((
+                    l.qmatrix(&n(&format!("{s}.weight")), rows, cols).await?,
+                    l.vector(&n(&format!("{s}.bias")), rows).await?,
+                ))
             };
             let attn_q = lin("attn_q", h, h).await?;
             let attn_k = lin("attn_k", h, h).await?;
@@ -78,20 +84,31 @@ impl Vision {
             let ffn_up = lin("ffn_up", f, h).await?;
             let ffn_down = lin("ffn_down", h, f).await?;
             layers.push(Layer {
-                ln1: (l.vector(&n("ln1.weight"), h).await?, l.vector(&n("ln1.bias"), h).await?),
+                ln1: (
+                    l.vector(&n("ln1.weight"), h).await?,
+                    l.vector(&n("ln1.bias"), h).await?,
+                ),
                 attn_q,
                 attn_k,
                 attn_v,
                 attn_out,
-                ln2: (l.vector(&n("ln2.weight"), h).await?, l.vector(&n("ln2.bias"), h).await?),
+                ln2: (
+                    l.vector(&n("ln2.weight"), h).await?,
+                    l.vector(&n("ln2.bias"), h).await?,
+                ),
                 ffn_up,
                 ffn_down,
             });
         }
         Ok(Vision {
-            post_ln: (l.vector("v.post_ln.weight", h).await?, l.vector("v.post_ln.bias", h).await?),
+            post_ln: (
+                l.vector("v.post_ln.weight", h).await?,
+                l.vector("v.post_ln.bias", h).await?,
+            ),
             soft_emb_norm: l.vector("mm.soft_emb_norm.weight", h).await?,
-            input_projection: l.qmatrix_transposed("mm.input_projection.weight", text_hidden, h).await?,
+            input_projection: l
+                .qmatrix_transposed("mm.input_projection.weight", text_hidden, h)
+                .await?,
             device: l.device().clone(),
             cfg,
             patch_embd,
@@ -133,14 +150,27 @@ impl Vision {
         let side = c.patches_per_side();
         let n = side * side;
         let patch_len = 3 * c.patch_size * c.patch_size;
-        let patches = Tensor::<2>::from_data(TensorData::new(self.patches(pixels), [n, patch_len]), &self.device);
+        let patches = Tensor::<2>::from_data(
+            TensorData::new(self.patches(pixels), [n, patch_len]),
+            &self.device,
+        );
         let mut x = linear(patches, &self.patch_embd) + self.position_embd.clone();
         let (h, heads) = (c.hidden, c.heads);
         let hd = h / heads;
         for layer in &self.layers {
             let xn = layer_norm(x.clone(), &layer.ln1.0, &layer.ln1.1, c.eps);
-            let split = |m: &(QMatrix, Tensor<1>)| linear(xn.clone(), m).reshape([n, heads, hd]).swap_dims(0, 1);
-            let a = attention(split(&layer.attn_q), split(&layer.attn_k), split(&layer.attn_v), None, 1.0 / (hd as f32).sqrt());
+            let split = |m: &(QMatrix, Tensor<1>)| {
+                linear(xn.clone(), m)
+                    .reshape([n, heads, hd])
+                    .swap_dims(0, 1)
+            };
+            let a = attention(
+                split(&layer.attn_q),
+                split(&layer.attn_k),
+                split(&layer.attn_v),
+                None,
+                1.0 / (hd as f32).sqrt(),
+            );
             x = x + linear(a.swap_dims(0, 1).reshape([n, h]), &layer.attn_out);
             let xn = layer_norm(x.clone(), &layer.ln2.0, &layer.ln2.1, c.eps);
             x = x + linear(gelu_tanh(linear(xn, &layer.ffn_up)), &layer.ffn_down);
@@ -148,7 +178,11 @@ impl Vision {
         let x = layer_norm(x, &self.post_ln.0, &self.post_ln.1, c.eps);
         // 4×4 average pooling of the patch grid: [side, side, h] → [side/4, side/4, h], row-major.
         let (k, t) = (c.pool, side / c.pool);
-        let pooled = x.reshape([t, k, t, k, h]).mean_dim(3).mean_dim(1).reshape([t * t, h]);
+        let pooled = x
+            .reshape([t, k, t, k, h])
+            .mean_dim(3)
+            .mean_dim(1)
+            .reshape([t * t, h]);
         let normed = rms_norm(pooled, &self.soft_emb_norm, c.eps);
         Ok(self.input_projection.matmul(normed))
     }

@@ -52,7 +52,11 @@ pub async fn check_matmul(
     let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
     let got = read(q.matmul(xt)).await?;
     if got.len() != m * n {
-        return Err(format!("{ty}: got {} outputs, expected {}", got.len(), m * n));
+        return Err(format!(
+            "{ty}: got {} outputs, expected {}",
+            got.len(),
+            m * n
+        ));
     }
     let mut worst = Outcome {
         worst_ratio: 0.0,
@@ -68,21 +72,30 @@ pub async fn check_matmul(
             }
             let g = f64::from(got[i * n + r]);
             let ratio = (g - exact).abs() / bound(k, abs);
-            if !(ratio <= worst.worst_ratio) {
+            // A NaN result is the worst possible outcome.
+            let ratio = if ratio.is_nan() { f64::INFINITY } else { ratio };
+            if ratio > worst.worst_ratio {
                 worst = Outcome {
-                    worst_ratio: if ratio.is_nan() { f64::INFINITY } else { ratio },
-                    worst: format!("{ty} m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"),
+                    worst_ratio: ratio,
+                    worst: format!(
+                        "{ty} m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"
+                    ),
                 };
             }
         }
     }
     // Gather a few rows, out of order and repeated, across chunk boundaries.
-    let ids: Vec<u32> = [n - 1, 0, n / 2, n - 1, 1.min(n - 1)].iter().map(|&i| i as u32).collect();
+    let ids: Vec<u32> = [n - 1, 0, n / 2, n - 1, 1.min(n - 1)]
+        .iter()
+        .map(|&i| i as u32)
+        .collect();
     let rows = read(q.gather(&ids)).await?;
     for (t, &id) in ids.iter().enumerate() {
         let want = &w[id as usize * k..(id as usize + 1) * k];
         if rows[t * k..(t + 1) * k] != *want {
-            return Err(format!("{ty}: gathered row {id} differs from the CPU dequantisation"));
+            return Err(format!(
+                "{ty}: gathered row {id} differs from the CPU dequantisation"
+            ));
         }
     }
     Ok(worst)

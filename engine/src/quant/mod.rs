@@ -8,11 +8,11 @@ use half::{bf16, f16};
 
 use crate::gguf::GgmlType;
 
+#[doc(hidden)]
+pub mod conformance;
 pub mod kernels;
 pub mod ops;
 pub mod pack;
-#[doc(hidden)]
-pub mod conformance;
 
 /// Errors from dequantisation.
 #[derive(Debug, thiserror::Error)]

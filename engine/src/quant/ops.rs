@@ -9,9 +9,9 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
+use super::QuantError;
 use super::kernels::{qgather_kernel, qmatmul_kernel, ty};
 use super::pack::{dequantize_packed, pack_rows, row_words};
-use super::QuantError;
 use crate::gguf::GgmlType;
 
 /// Operations on packed GGUF rows (see [`super::pack`]).
@@ -61,7 +61,8 @@ impl QuantOps for Flex {
             let r0 = b * ROW_BLOCK;
             let nb = ROW_BLOCK.min(n - r0);
             let mut w = vec![0f32; nb * k];
-            dequantize_packed(ty, &ws[r0 * wpr..(r0 + nb) * wpr], k, &mut w).expect("rows are whole blocks");
+            dequantize_packed(ty, &ws[r0 * wpr..(r0 + nb) * wpr], k, &mut w)
+                .expect("rows are whole blocks");
             let mut out = vec![0f32; m * nb];
             // SAFETY: the pointers cover m×nb (dst), m×k (lhs) and nb×k (rhs) f32 values with
             // the strides given; the buffers outlive the call.
@@ -277,7 +278,12 @@ impl QMatrix {
     }
 
     /// Packs and uploads the GGUF bytes of the next `n_rows` rows.
-    pub fn push_chunk(&mut self, bytes: &[u8], n_rows: usize, device: &Device) -> Result<(), QuantError> {
+    pub fn push_chunk(
+        &mut self,
+        bytes: &[u8],
+        n_rows: usize,
+        device: &Device,
+    ) -> Result<(), QuantError> {
         let row0 = self.chunks.last().map_or(0, |c| c.row0 + c.rows);
         let words = pack_rows(self.ty, bytes, n_rows, self.cols)?;
         self.chunks.push(Chunk {

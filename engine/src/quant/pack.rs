@@ -24,7 +24,12 @@ pub fn row_words(ty: GgmlType, k: usize) -> usize {
 }
 
 /// Packs `n_rows` rows of `k` weights from GGUF bytes into device words.
-pub fn pack_rows(ty: GgmlType, bytes: &[u8], n_rows: usize, k: usize) -> Result<Vec<u32>, QuantError> {
+pub fn pack_rows(
+    ty: GgmlType,
+    bytes: &[u8],
+    n_rows: usize,
+    k: usize,
+) -> Result<Vec<u32>, QuantError> {
     if !ty.is_supported() {
         return Err(QuantError::Unsupported(ty));
     }
@@ -61,7 +66,12 @@ pub fn pack_rows(ty: GgmlType, bytes: &[u8], n_rows: usize, k: usize) -> Result<
 
 /// Dequantises packed rows back to f32 on the CPU (the flex backend's path and the kernels'
 /// reference). `words` holds whole packed rows of `k` weights.
-pub fn dequantize_packed(ty: GgmlType, words: &[u32], k: usize, out: &mut [f32]) -> Result<(), QuantError> {
+pub fn dequantize_packed(
+    ty: GgmlType,
+    words: &[u32],
+    k: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
     let wpr = row_words(ty, k);
     let n_rows = out.len() / k.max(1);
     if words.len() != wpr * n_rows || out.len() != n_rows * k {
@@ -109,7 +119,11 @@ mod tests {
                 assert_eq!(words.len(), rows * row_words(ty, k), "{ty}");
                 let mut back = vec![0f32; rows * k];
                 dequantize_packed(ty, &words, k, &mut back).unwrap();
-                assert_eq!(back, dequantize_vec(ty, &bytes, rows * k).unwrap(), "{ty} {rows}x{k}");
+                assert_eq!(
+                    back,
+                    dequantize_vec(ty, &bytes, rows * k).unwrap(),
+                    "{ty} {rows}x{k}"
+                );
             }
         }
     }

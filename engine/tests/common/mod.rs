@@ -44,7 +44,8 @@ pub fn golden_jsonl_gz(name: &str) -> Vec<serde_json::Value> {
 pub fn golden_json_gz(name: &str) -> serde_json::Value {
     let path = repo_root().join("tests/reference/golden").join(name);
     let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_reader(std::io::BufReader::new(flate2::read::GzDecoder::new(f))).expect("valid golden JSON")
+    serde_json::from_reader(std::io::BufReader::new(flate2::read::GzDecoder::new(f)))
+        .expect("valid golden JSON")
 }
 
 fn sha256_file(p: &std::path::Path) -> String {
@@ -70,13 +71,19 @@ pub fn model_fixture(name: &str, sha256: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("cache dir");
     let out = dir.join(name);
     if !out.exists() || sha256_file(&out) != sha256 {
-        let src = repo_root().join("tests/fixtures/models").join(format!("{name}.gz"));
+        let src = repo_root()
+            .join("tests/fixtures/models")
+            .join(format!("{name}.gz"));
         let f = std::fs::File::open(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
         let tmp = dir.join(format!("{name}.tmp{}", std::process::id()));
         let mut w = std::fs::File::create(&tmp).expect("writable cache");
         std::io::copy(&mut flate2::read::GzDecoder::new(f), &mut w).expect("decompress fixture");
         std::fs::rename(&tmp, &out).expect("rename");
-        assert_eq!(sha256_file(&out), sha256, "{name}: fixture does not match its golden data");
+        assert_eq!(
+            sha256_file(&out),
+            sha256,
+            "{name}: fixture does not match its golden data"
+        );
     }
     out
 }

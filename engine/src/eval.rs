@@ -1,0 +1,365 @@
+//! Evaluating ReXVQA questions: one answer per question (fast or official mode), an append-only
+//! journal of answers, and the final report. Shared by the browser worker and `rexvqa eval`, so
+//! both produce the same numbers from the same code.
+
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+
+use crate::image::Policy;
+use crate::model::ModelError;
+use crate::rexvqa::{Letter, Record, Scope, Split, resolve_image_path};
+use crate::score::{self, Extraction, Prediction, Report};
+use crate::session::{Mode, Session, record_prompt};
+
+/// Tokens the official mode may generate (ref: ReXrank MedGemma script, max_new_tokens=256).
+pub const OFFICIAL_MAX_NEW_TOKENS: usize = 256;
+
+/// How a split is evaluated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Fast (option logits) or official (greedy decoding + extraction).
+    pub mode: Mode,
+    /// 16→8-bit mapping.
+    pub policy: Policy,
+    /// Every view of the study (true) or only the first image, as the official script does.
+    pub all_images: bool,
+    /// Tokens generated at most in official mode.
+    pub max_new_tokens: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: Mode::Fast,
+            policy: Policy::Scale,
+            all_images: false,
+            max_new_tokens: OFFICIAL_MAX_NEW_TOKENS,
+        }
+    }
+}
+
+/// One answered question, as written to the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    /// Question id.
+    pub id: String,
+    /// The letter used for scoring (official extraction in official mode; best logit in fast).
+    pub prediction: Option<Letter>,
+    /// The letter the robust extraction reads (official mode only).
+    pub robust: Option<Letter>,
+    /// The model's reply (official mode) or the chosen letter (fast mode).
+    pub response: String,
+    /// Option probabilities A.. (fast mode).
+    pub probs: Option<Vec<f32>>,
+    /// Images that could not be read, if any (the question is then answered without them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_images: Vec<String>,
+    /// Wall time for this question in milliseconds.
+    pub ms: f64,
+}
+
+/// Where a split's images come from (a folder natively, `File` handles in a browser).
+pub trait ImageStore {
+    /// Reads the PNG at `path` (relative to the folder holding `deid_png/`).
+    fn read(&self, path: &str) -> impl Future<Output = Result<Vec<u8>, String>>;
+}
+
+/// A monotonic clock in milliseconds (`performance.now()` in a browser, `Instant` natively).
+pub trait Clock {
+    /// Milliseconds since some fixed start.
+    fn now_ms(&self) -> f64;
+}
+
+/// Image paths a question uses under the settings (first image only, or all views).
+pub fn image_paths(r: &Record, s: &Settings) -> Vec<String> {
+    let take = if s.all_images { usize::MAX } else { 1 };
+    r.image_paths
+        .iter()
+        .take(take)
+        .filter_map(|p| resolve_image_path(p))
+        .collect()
+}
+
+/// Answers one question. Images are encoded once per study (the session caches them); a
+/// missing or unreadable image is reported in the answer, never fatal.
+pub async fn answer(
+    session: &mut Session<'_>,
+    r: &Record,
+    s: &Settings,
+    images: &impl ImageStore,
+    clock: &impl Clock,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<Answer, ModelError> {
+    let t0 = clock.now_ms();
+    let mut feats = Vec::new();
+    let mut missing = Vec::new();
+    for path in image_paths(r, s) {
+        let key = format!("{path}|{}", s.policy.name());
+        if let Some(f) = session.cached_image(&key) {
+            feats.push(f);
+            continue;
+        }
+        match images.read(&path).await {
+            Ok(png) => match session.model().preprocess_png(&png, s.policy) {
+                Ok(pixels) => feats.push(session.add_image(&key, &pixels)?),
+                Err(e) => missing.push(format!("{path}: {e}")),
+            },
+            Err(e) => missing.push(format!("{path}: {e}")),
+        }
+    }
+    let ids = record_prompt(session.model(), r, feats.len())?;
+    let letters: Vec<Letter> = Letter::ALL
+        .iter()
+        .copied()
+        .take(r.options.len().min(4))
+        .collect();
+    let mut a = Answer {
+        id: r.id.clone(),
+        prediction: None,
+        robust: None,
+        response: String::new(),
+        probs: None,
+        missing_images: missing,
+        ms: 0.0,
+    };
+    match s.mode {
+        Mode::Fast => {
+            let sc = session.score_options(&ids, &feats, &letters).await?;
+            a.prediction = Some(sc.best);
+            a.robust = Some(sc.best);
+            a.response = sc.best.to_string();
+            a.probs = Some(sc.probs);
+        }
+        Mode::Official => {
+            let out = session
+                .generate(&ids, &feats, s.max_new_tokens, &mut |_, text| on_text(text))
+                .await?;
+            let text = session.model().tokenizer.decode(&out, true);
+            a.prediction = score::extract(&text, Extraction::Official);
+            a.robust = score::extract(&text, Extraction::Robust);
+            a.response = text;
+        }
+    }
+    a.ms = clock.now_ms() - t0;
+    Ok(a)
+}
+
+/// Parses a journal (one [`Answer`] JSON per line). A torn last line (a crash mid-write) is
+/// ignored; later duplicates of an id are ignored so nothing counts twice.
+pub fn read_journal(text: &str) -> Vec<Answer> {
+    let mut seen = std::collections::HashSet::new();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Answer>(l).ok())
+        .filter(|a| seen.insert(a.id.clone()))
+        .collect()
+}
+
+/// One journal line (with its newline).
+pub fn journal_line(a: &Answer) -> String {
+    let mut s = serde_json::to_string(a).expect("answers serialise");
+    s.push('\n');
+    s
+}
+
+/// The questions still to answer: `scope` in evaluation order minus those already answered.
+pub fn pending(
+    split: &Split,
+    scope: &Scope,
+    done: &[Answer],
+) -> Result<Vec<usize>, crate::rexvqa::ScopeError> {
+    let done: std::collections::HashSet<&str> = done.iter().map(|a| a.id.as_str()).collect();
+    Ok(split
+        .select(scope)?
+        .into_iter()
+        .filter(|&i| !done.contains(split.records[i].id.as_str()))
+        .collect())
+}
+
+/// Everything a finished (or partial) run reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    /// The run's settings.
+    pub settings: Settings,
+    /// Questions answered.
+    pub answered: usize,
+    /// Questions in scope.
+    pub in_scope: usize,
+    /// Scores with the official extraction (fast mode: the best option).
+    pub official: Report,
+    /// Scores with the robust extraction.
+    pub robust: Report,
+    /// Questions answered with at least one image missing.
+    pub missing_images: usize,
+    /// Mean time per question in milliseconds.
+    pub mean_ms: f64,
+}
+
+/// The report of `answers` over `split`.
+pub fn report(
+    split: &Split,
+    answers: &[Answer],
+    settings: &Settings,
+    in_scope: usize,
+) -> EvalReport {
+    let preds = |robust: bool| -> Vec<Prediction> {
+        answers
+            .iter()
+            .filter_map(|a| {
+                let r = split.get(&a.id)?;
+                Some(Prediction::new(
+                    r,
+                    if robust { a.robust } else { a.prediction },
+                ))
+            })
+            .collect()
+    };
+    EvalReport {
+        settings: settings.clone(),
+        answered: answers.len(),
+        in_scope,
+        official: score::report(&preds(false)),
+        robust: score::report(&preds(true)),
+        missing_images: answers
+            .iter()
+            .filter(|a| !a.missing_images.is_empty())
+            .count(),
+        mean_ms: if answers.is_empty() {
+            0.0
+        } else {
+            answers.iter().map(|a| a.ms).sum::<f64>() / answers.len() as f64
+        },
+    }
+}
+
+/// Leaderboard-format predictions (`{qid: record + model_prediction + model_response}`).
+pub fn leaderboard(
+    split: &Split,
+    answers: &[Answer],
+) -> serde_json::Map<String, serde_json::Value> {
+    let rows: Vec<(String, Option<Letter>, String)> = answers
+        .iter()
+        .map(|a| (a.id.clone(), a.prediction, a.response.clone()))
+        .collect();
+    score::leaderboard(split, &rows)
+}
+
+/// Published figures to compare with (public/reference_figures.json).
+pub const REFERENCE_FIGURES: &str = include_str!("../../public/reference_figures.json");
+
+fn pct(x: f64) -> String {
+    format!("{:.2}", 100.0 * x)
+}
+
+/// The report as Markdown: settings, overall / per task / per category tables with 95% Wilson
+/// intervals, side by side with the paper's and the leaderboard's MedGemma figures.
+pub fn markdown(r: &EvalReport, run_info: &[(&str, String)]) -> String {
+    let refs: serde_json::Value = serde_json::from_str(REFERENCE_FIGURES).unwrap_or_default();
+    let mut md = String::from(
+        "# ReXVQA evaluation (rexvqa-web)\n\n## Run\n\n| setting | value |\n|---|---|\n",
+    );
+    let s = &r.settings;
+    for (k, v) in [
+        ("mode", format!("{:?}", s.mode).to_lowercase()),
+        ("16-bit policy", s.policy.name().to_string()),
+        (
+            "images",
+            if s.all_images {
+                "all views".into()
+            } else {
+                "first image (official)".into()
+            },
+        ),
+        ("answered", format!("{} of {}", r.answered, r.in_scope)),
+        (
+            "questions with a missing image",
+            r.missing_images.to_string(),
+        ),
+        ("mean time per question", format!("{:.0} ms", r.mean_ms)),
+    ] {
+        md.push_str(&format!("| {k} | {v} |\n"));
+    }
+    for (k, v) in run_info {
+        md.push_str(&format!("| {k} | {v} |\n"));
+    }
+    let o = &r.official.overall;
+    md.push_str(&format!(
+        "\n## Overall\n\n| | accuracy % | 95% CI | n | failed extractions |\n|---|---|---|---|---|\n| this run (official extraction) | {} | {}–{} | {} | {} |\n",
+        pct(o.accuracy), pct(o.ci_low), pct(o.ci_high), o.n, r.official.failed_extractions
+    ));
+    let rb = &r.robust.overall;
+    md.push_str(&format!(
+        "| this run (robust extraction) | {} | {}–{} | {} | {} |\n",
+        pct(rb.accuracy),
+        pct(rb.ci_low),
+        pct(rb.ci_high),
+        rb.n,
+        r.robust.failed_extractions
+    ));
+    for key in ["paper", "leaderboard"] {
+        if let Some(x) = refs[key]["overall"].as_f64() {
+            md.push_str(&format!(
+                "| {} | {} | | | |\n",
+                refs[key]["label"].as_str().unwrap_or(key),
+                pct(x)
+            ));
+        }
+    }
+    md.push_str("\n## Per task\n\n| task | accuracy % | 95% CI | n | paper % | leaderboard % |\n|---|---|---|---|---|---|\n");
+    for (task, c) in &r.official.per_task {
+        let fig = |k: &str| refs[k]["tasks"][task].as_f64().map(pct).unwrap_or_default();
+        md.push_str(&format!(
+            "| {task} | {} | {}–{} | {} | {} | {} |\n",
+            pct(c.accuracy),
+            pct(c.ci_low),
+            pct(c.ci_high),
+            c.n,
+            fig("paper"),
+            fig("leaderboard")
+        ));
+    }
+    md.push_str("\n## Per category\n\n| category | accuracy % | 95% CI | n |\n|---|---|---|---|\n");
+    for (cat, c) in &r.official.per_category {
+        md.push_str(&format!(
+            "| {} | {} | {}–{} | {} |\n",
+            if cat.is_empty() { "(none)" } else { cat },
+            pct(c.accuracy),
+            pct(c.ci_low),
+            pct(c.ci_high),
+            c.n
+        ));
+    }
+    md
+}
+
+/// CSV of answers: id, task, category, truth, prediction, robust, correct, probabilities, ms.
+pub fn csv(split: &Split, answers: &[Answer]) -> String {
+    let mut out = String::from(
+        "id,task,category,correct_answer,prediction,robust_prediction,is_correct,p_a,p_b,p_c,p_d,ms\n",
+    );
+    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let l = |x: Option<Letter>| x.map(|l| l.to_string()).unwrap_or_default();
+    for a in answers {
+        let Some(r) = split.get(&a.id) else { continue };
+        let p = a.probs.clone().unwrap_or_default();
+        let pf = |i: usize| p.get(i).map(|v| format!("{v:.6}")).unwrap_or_default();
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{:.1}\n",
+            q(&a.id),
+            q(r.task.name()),
+            q(&r.category),
+            l(r.correct),
+            l(a.prediction),
+            l(a.robust),
+            r.correct
+                .map(|c| (Some(c) == a.prediction).to_string())
+                .unwrap_or_default(),
+            pf(0),
+            pf(1),
+            pf(2),
+            pf(3),
+            a.ms
+        ));
+    }
+    out
+}
