@@ -30,6 +30,19 @@ stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p
   cargo clippy --target wasm32-unknown-unknown -p rexvqa-engine --no-default-features --lib --test web -- -D warnings'
 stage "native tests" cargo test --workspace
 stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web
+e2e_fixtures() {
+  # A synthetic split, the tiny model pair, and the native CLI's numbers to compare with.
+  local dir="$REXVQA_E2E"
+  rm -rf "$dir" && mkdir -p "$dir/cli" || return 1
+  cargo build -q -p rexvqa-engine --bin rexvqa || return 1
+  "$REXVQA_BIN" synth --out "$dir/rexvqa" --studies 2 --questions-per-study 2 --min-size 200 --max-size 260 --seed 11 || return 1
+  for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf; do gzip -dc "tests/fixtures/models/$f.gz" > "$dir/$f" || return 1; done
+  "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj.gguf" \
+    --split "$dir/rexvqa/metadata/test_vqa_data.json" --out "$dir/cli/pred.json"
+}
+export REXVQA_E2E="$ROOT/target/e2e"
+export REXVQA_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/rexvqa"
+stage "end-to-end fixtures (synthetic split, CLI reference run)" e2e_fixtures
 stage "build app (trunk)" trunk build
 stage "end-to-end (Playwright)" node --test --test-concurrency=1 tests/e2e/
 

@@ -2,6 +2,7 @@
 //! Browser I/O only; no tensors here.
 
 pub mod gpu;
+pub mod io;
 pub mod protocol;
 pub mod ui;
 pub mod worker;

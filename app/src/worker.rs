@@ -1,25 +1,898 @@
-//! The engine worker: receives requests from the UI thread, runs engine work off the UI
-//! thread, posts events back. The UI never runs model code.
+//! The engine worker: owns the model, the opened dataset and the evaluation runs; receives
+//! requests from the UI thread and posts events back. The UI never runs model code, so the page
+//! never freezes.
 
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+
+use js_sys::{Array, Object, Reflect};
+use rexvqa_engine::eval::{self, Answer, Clock, ImageStore, Settings};
+use rexvqa_engine::gguf::{Gguf, RangeSource};
+use rexvqa_engine::image;
+use rexvqa_engine::rexvqa::{Scope, Split, prompt, resolve_image_path};
+use rexvqa_engine::score;
+use rexvqa_engine::session::{LoadOptions, Model, Session};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
-use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
+use web_sys::{DedicatedWorkerGlobalScope, File, MessageEvent};
 
-use crate::protocol::{Event, Request};
+use crate::io::{self, BlobSource, Dir, now_ms, opfs_root, read_blob, sleep};
+use crate::protocol::*;
 
 fn scope() -> DedicatedWorkerGlobalScope {
     js_sys::global().unchecked_into()
 }
 
+fn envelope(event: &Event) -> Object {
+    let o = Object::new();
+    let _ = Reflect::set(&o, &"json".into(), &JsValue::from_str(&event.to_json()));
+    o
+}
+
 /// Posts an event to the UI thread.
 pub fn post(event: &Event) {
     // A failed postMessage means the page is gone; there is nobody left to tell.
-    let _ = scope().post_message(&JsValue::from_str(&event.to_json()));
+    let _ = scope().post_message(&envelope(event));
 }
 
-async fn handle(req: Request) {
-    match req {
-        Request::ProbeGpu => post(&crate::gpu::probe().await),
+fn post_with_buffer(event: &Event, buffer: &js_sys::ArrayBuffer) {
+    let o = envelope(event);
+    let _ = Reflect::set(&o, &"buffer".into(), buffer);
+    let transfer = Array::of1(buffer);
+    let _ = scope().post_message_with_transfer(&o, &transfer);
+}
+
+fn fail(context: &str, message: impl ToString) {
+    post(&Event::Error {
+        context: context.to_string(),
+        message: message.to_string(),
+    });
+}
+
+/// Controls of the running evaluation.
+struct EvalCtl {
+    paused: Cell<bool>,
+    cancelled: Cell<bool>,
+}
+
+#[derive(Default)]
+struct State {
+    model: Option<Rc<Model>>,
+    model_name: String,
+    files: Rc<HashMap<String, File>>,
+    splits: BTreeMap<String, Rc<Split>>,
+    eval: Option<Rc<EvalCtl>>,
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+struct FileStore(Rc<HashMap<String, File>>);
+
+impl ImageStore for FileStore {
+    async fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        let f = self
+            .0
+            .get(path)
+            .ok_or_else(|| format!("{path} is not in the opened folder"))?;
+        read_blob(f).await
+    }
+}
+
+struct PerfClock;
+
+impl Clock for PerfClock {
+    fn now_ms(&self) -> f64 {
+        now_ms()
+    }
+}
+
+fn model() -> Result<Rc<Model>, String> {
+    STATE
+        .with(|s| s.borrow().model.clone())
+        .ok_or_else(|| "load a model first (Model panel)".to_string())
+}
+
+fn split(name: &str) -> Result<Rc<Split>, String> {
+    STATE
+        .with(|s| s.borrow().splits.get(name).cloned())
+        .ok_or_else(|| format!("split {name:?} is not open: open the dataset folder first"))
+}
+
+fn files() -> Rc<HashMap<String, File>> {
+    STATE.with(|s| s.borrow().files.clone())
+}
+
+async fn models_dir() -> Result<Dir, String> {
+    opfs_root().await?.dir("models", true).await
+}
+
+async fn runs_dir() -> Result<Dir, String> {
+    opfs_root().await?.dir("runs", true).await
+}
+
+/// A storage-safe file name.
+fn safe_name(name: &str) -> String {
+    let n: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .collect();
+    if n.is_empty() { "model.gguf".into() } else { n }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FileMeta {
+    expected: u64,
+    architecture: String,
+    source: String,
+}
+
+async fn list_cache() -> Result<Event, String> {
+    let dir = models_dir().await?;
+    let mut models = Vec::new();
+    for name in dir.names().await? {
+        if name.ends_with(".meta.json") {
+            continue;
+        }
+        let size = dir.blob(&name).await.map(|b| b.size() as u64).unwrap_or(0);
+        let meta: Option<FileMeta> = match dir.read_text(&format!("{name}.meta.json")).await {
+            Ok(t) => serde_json::from_str(&t).ok(),
+            Err(_) => None,
+        };
+        models.push(StoredFile {
+            name,
+            size,
+            expected: meta.as_ref().map_or(size, |m| m.expected),
+            architecture: meta.map(|m| m.architecture).unwrap_or_default(),
+        });
+    }
+    let runs = list_runs().await.unwrap_or_default();
+    let storage = Reflect::get(&Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default(), &"storage".into())
+        .unwrap_or_default();
+    let usage = match io::call_async(&storage, "estimate", &[]).await {
+        Ok(est) => {
+            let g = |k: &str| Reflect::get(&est, &k.into()).ok().and_then(|v| v.as_f64());
+            g("usage").zip(g("quota"))
+        }
+        Err(_) => None,
+    };
+    Ok(Event::Cache { models, runs, usage })
+}
+
+/// Checks a header before anything is copied: the right architecture and a matching pair.
+async fn check_pair(text: &impl RangeSource, mmproj: Option<&impl RangeSource>) -> Result<(String, String), String> {
+    let g = Gguf::read_async(text).await.map_err(|e| format!("text model: {e}"))?;
+    let cfg = rexvqa_engine::model::TextConfig::from_gguf(&g).map_err(|e| format!("text model: {e}"))?;
+    let mut mm_arch = String::new();
+    if let Some(m) = mmproj {
+        let vg = Gguf::read_async(m).await.map_err(|e| format!("mmproj: {e}"))?;
+        rexvqa_engine::model::VisionConfig::from_gguf(&vg).map_err(|e| format!("mmproj: {e}"))?;
+        let out = vg.tensor("mm.input_projection.weight").map(|t| t.dims[0] as usize).unwrap_or(0);
+        if out != cfg.hidden {
+            return Err(format!(
+                "the mmproj projects to width {out} but the text model is {} wide: they are not a pair",
+                cfg.hidden
+            ));
+        }
+        mm_arch = "clip".into();
+    }
+    Ok(("gemma3".into(), mm_arch))
+}
+
+/// Copies `file` into storage as `name`, continuing a partial copy of the same file.
+async fn store_file(dir: &Dir, name: &str, file: &File, arch: &str) -> Result<(), String> {
+    let total = file.size() as u64;
+    let meta = FileMeta {
+        expected: total,
+        architecture: arch.into(),
+        source: format!("{}|{}", file.name(), file.last_modified()),
+    };
+    let prev: Option<FileMeta> = match dir.read_text(&format!("{name}.meta.json")).await {
+        Ok(t) => serde_json::from_str(&t).ok(),
+        Err(_) => None,
+    };
+    let resume = prev.is_some_and(|p| p.source == meta.source && p.expected == total);
+    dir.write_text(&format!("{name}.meta.json"), &serde_json::to_string(&meta).map_err(|e| e.to_string())?)
+        .await?;
+    let out = dir.open_sync(name, true).await?;
+    let mut done = if resume { out.size()?.min(total) } else { 0 };
+    out.truncate(done)?;
+    let t0 = now_ms();
+    let start = done;
+    const PIECE: u64 = 8 << 20;
+    while done < total {
+        let end = (done + PIECE).min(total);
+        let part = file
+            .slice_with_f64_and_f64(done as f64, end as f64)
+            .map_err(|e| crate::gpu::describe(&e))?;
+        out.write_at(&read_blob(&part).await?, done)?;
+        done = end;
+        let secs = (now_ms() - t0) / 1000.0;
+        post(&Event::Copy {
+            name: name.into(),
+            done,
+            total,
+            rate: (done - start) as f64 / secs.max(1e-3),
+        });
+    }
+    out.flush()?;
+    Ok(())
+}
+
+async fn download(dir: &Dir, name: &str, url: &str, arch: &str) -> Result<(), String> {
+    let prev: Option<FileMeta> = match dir.read_text(&format!("{name}.meta.json")).await {
+        Ok(t) => serde_json::from_str(&t).ok(),
+        Err(_) => None,
+    };
+    let out = dir.open_sync(name, true).await?;
+    let mut done = match &prev {
+        Some(p) if p.source == url => out.size()?,
+        _ => 0,
+    };
+    out.truncate(done)?;
+    let init = Object::new();
+    let headers = Object::new();
+    if done > 0 {
+        let _ = Reflect::set(&headers, &"Range".into(), &format!("bytes={done}-").into());
+    }
+    let _ = Reflect::set(&init, &"headers".into(), &headers);
+    let resp = io::call_async(&js_sys::global(), "fetch", &[url.into(), init.into()]).await?;
+    let status = Reflect::get(&resp, &"status".into()).ok().and_then(|v| v.as_f64()).unwrap_or(0.0);
+    if status == 200.0 && done > 0 {
+        // The server ignored the range: start over.
+        done = 0;
+        out.truncate(0)?;
+    } else if status != 200.0 && status != 206.0 {
+        return Err(format!("{url}: HTTP {status}"));
+    }
+    let len = Reflect::get(&resp, &"headers".into())
+        .ok()
+        .and_then(|h| io::call(&h, "get", &["content-length".into()]).ok())
+        .and_then(|v| v.as_string())
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
+    let total = done + len;
+    let meta = FileMeta {
+        expected: total,
+        architecture: arch.into(),
+        source: url.into(),
+    };
+    dir.write_text(&format!("{name}.meta.json"), &serde_json::to_string(&meta).map_err(|e| e.to_string())?)
+        .await?;
+    let body = Reflect::get(&resp, &"body".into()).map_err(|e| crate::gpu::describe(&e))?;
+    let reader = io::call(&body, "getReader", &[])?;
+    let (t0, start) = (now_ms(), done);
+    loop {
+        let chunk = io::call_async(&reader, "read", &[]).await?;
+        if Reflect::get(&chunk, &"done".into()).ok().and_then(|v| v.as_bool()).unwrap_or(true) {
+            break;
+        }
+        let bytes = js_sys::Uint8Array::new(&Reflect::get(&chunk, &"value".into()).unwrap_or_default()).to_vec();
+        out.write_at(&bytes, done)?;
+        done += bytes.len() as u64;
+        post(&Event::Copy {
+            name: name.into(),
+            done,
+            total,
+            rate: (done - start) as f64 / ((now_ms() - t0) / 1000.0).max(1e-3),
+        });
+    }
+    out.flush()?;
+    Ok(())
+}
+
+async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, String> {
+    let dir = models_dir().await?;
+    let text_src = BlobSource::new(dir.blob(text).await?);
+    let mm_src = match mmproj {
+        Some(m) => Some(BlobSource::new(dir.blob(m).await?)),
+        None => None,
+    };
+    check_pair(&text_src, mm_src.as_ref()).await?;
+    let device = rexvqa_engine::device::wgpu_async().await.map_err(|e| e.to_string())?;
+    // Drop a previous model first so its GPU memory is freed before the new one loads.
+    STATE.with(|s| s.borrow_mut().model = None);
+    let t0 = now_ms();
+    let mut last = 0.0;
+    let mut progress = |p: &rexvqa_engine::model::load::Progress| {
+        let now = now_ms();
+        if now - last > 100.0 || p.done == p.total {
+            last = now;
+            post(&Event::Loading {
+                done: p.done,
+                total: p.total,
+                tensor: p.tensor.clone(),
+            });
+        }
+    };
+    let model = Model::load(&text_src, mm_src.as_ref(), &device, &LoadOptions::default(), &mut progress)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut card = ModelCard {
+        text: text.into(),
+        mmproj: mmproj.map(String::from),
+        layers: model.decoder.cfg.layers,
+        hidden: model.decoder.cfg.hidden,
+        vocab: model.decoder.cfg.vocab,
+        vision: model.vision.is_some(),
+        load_s: (now_ms() - t0) / 1000.0,
+        ..Default::default()
+    };
+    for src in std::iter::once(&text_src).chain(mm_src.as_ref()) {
+        let g = Gguf::read_async(src).await.map_err(|e| e.to_string())?;
+        if card.name.is_empty() {
+            card.name = g.str_opt("general.name").ok().flatten().unwrap_or(text).to_string();
+        }
+        card.parameters += g.tensors.iter().map(|t| t.n_elements()).sum::<u64>();
+        card.bytes += g.file_size;
+        for (k, v) in g.type_counts() {
+            *card.types.entry(k).or_default() += v;
+        }
+    }
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        s.model = Some(Rc::new(model));
+        s.model_name = format!("{}{}", text, mmproj.map(|m| format!(" + {m}")).unwrap_or_default());
+    });
+    Ok(card)
+}
+
+async fn open_dataset(paths: Vec<String>, list: Vec<File>) -> Result<DatasetSummary, String> {
+    if paths.len() != list.len() {
+        return Err(format!("{} paths for {} files", paths.len(), list.len()));
+    }
+    let mut map = HashMap::new();
+    for (p, f) in paths.into_iter().zip(list) {
+        let p = p.trim_start_matches("./").to_string();
+        // Paths from a folder pick start with the chosen folder's name: index both forms.
+        if let Some(i) = p.find("deid_png/") {
+            map.insert(p[i..].to_string(), f.clone());
+        }
+        map.insert(p, f);
+    }
+    let mut summary = DatasetSummary {
+        png_files: map.keys().filter(|k| k.ends_with(".png") && k.starts_with("deid_png/")).count(),
+        ..Default::default()
+    };
+    let mut splits = BTreeMap::new();
+    let jsons: Vec<(String, File)> = map
+        .iter()
+        .filter(|(k, _)| k.ends_with(".json"))
+        .map(|(k, f)| (k.clone(), f.clone()))
+        .collect();
+    for (path, f) in jsons {
+        let file_name = path.rsplit('/').next().unwrap_or(&path).to_string();
+        let name = file_name.trim_end_matches(".json").trim_end_matches("_vqa_data").to_string();
+        let text = match read_blob(&f).await.map(String::from_utf8) {
+            Ok(Ok(t)) => t,
+            _ => {
+                summary.warnings.push(format!("{path}: not readable as UTF-8 text"));
+                continue;
+            }
+        };
+        match Split::from_json(&text) {
+            Ok(s) if !s.records.is_empty() => {
+                let missing = s.image_paths().iter().filter(|p| !map.contains_key(*p)).count();
+                summary.missing_images.insert(name.clone(), missing);
+                summary.splits.insert(name.clone(), s.summary());
+                splits.insert(name, Rc::new(s));
+            }
+            Ok(_) => summary.warnings.push(format!("{path}: no usable question records")),
+            Err(e) => summary.warnings.push(format!("{path}: {e}")),
+        }
+    }
+    if splits.is_empty() {
+        return Err("no ReXVQA split file found: pick the folder that holds metadata/test_vqa_data.json (or valid_vqa_data.json) and deid_png/".into());
+    }
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        s.files = Rc::new(map);
+        s.splits = splits;
+    });
+    Ok(summary)
+}
+
+fn list_questions(
+    name: &str,
+    query: &str,
+    task: Option<&str>,
+    category: Option<&str>,
+    offset: usize,
+    limit: usize,
+) -> Result<Event, String> {
+    let s = split(name)?;
+    let q = query.to_lowercase();
+    let mut tasks = BTreeSet::new();
+    let mut categories = BTreeSet::new();
+    let mut rows = Vec::new();
+    for i in s.eval_order() {
+        let r = &s.records[i];
+        tasks.insert(r.task.name().to_string());
+        categories.insert(r.category.clone());
+        if task.is_some_and(|t| t != r.task.name()) || category.is_some_and(|c| c != r.category) {
+            continue;
+        }
+        if !q.is_empty()
+            && !(r.id.to_lowercase().contains(&q)
+                || r.question.to_lowercase().contains(&q)
+                || r.study_key().to_lowercase().contains(&q)
+                || r.options.iter().any(|o| o.to_lowercase().contains(&q)))
+        {
+            continue;
+        }
+        rows.push(i);
+    }
+    let items = rows
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|&i| {
+            let r = &s.records[i];
+            QuestionRow {
+                id: r.id.clone(),
+                study: r.study_key().to_string(),
+                task: r.task.name().to_string(),
+                category: r.category.clone(),
+                question: r.question.clone(),
+            }
+        })
+        .collect();
+    Ok(Event::Questions {
+        total: rows.len(),
+        items,
+        tasks: tasks.into_iter().collect(),
+        categories: categories.into_iter().collect(),
+    })
+}
+
+fn question(name: &str, id: &str) -> Result<QuestionDetail, String> {
+    let s = split(name)?;
+    let r = s.get(id).ok_or_else(|| format!("question {id} is not in split {name}"))?;
+    let files = files();
+    let images = r
+        .image_paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let path = resolve_image_path(p).unwrap_or_default();
+            ImageRef {
+                present: files.contains_key(&path),
+                path,
+                view: r.view_positions.get(i).cloned().unwrap_or_default(),
+            }
+        })
+        .collect();
+    Ok(QuestionDetail {
+        split: name.into(),
+        id: r.id.clone(),
+        study: r.study_key().into(),
+        task: r.task.name().into(),
+        category: r.category.clone(),
+        question: r.question.clone(),
+        options: r.options.clone(),
+        correct: r.correct,
+        explanation: r.explanation.clone(),
+        images,
+    })
+}
+
+async fn get_image(path: &str) -> Result<(), String> {
+    let files = files();
+    let f = files.get(path).ok_or_else(|| format!("{path} is not in the opened folder"))?;
+    let d = image::decode_png(&read_blob(f).await?).map_err(|e| format!("{path}: {e}"))?;
+    let arr = js_sys::Uint16Array::from(&d.samples[..]);
+    post_with_buffer(
+        &Event::Image {
+            path: path.into(),
+            width: d.width,
+            height: d.height,
+            bits: d.bits,
+            channels: d.channels,
+        },
+        &arr.buffer(),
+    );
+    Ok(())
+}
+
+async fn ask(split_name: &str, id: &str, settings: Settings) -> Result<(), String> {
+    let (model, s) = (model()?, split(split_name)?);
+    let r = s.get(id).ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
+    let mut session = Session::new(&model);
+    let mut last = 0.0;
+    let key = id.to_string();
+    let a = eval::answer(&mut session, r, &settings, &FileStore(files()), &PerfClock, &mut |text| {
+        let now = now_ms();
+        if now - last > 80.0 {
+            last = now;
+            post(&Event::AskText {
+                id: key.clone(),
+                text: text.into(),
+            });
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    if let Some(p) = &a.probs {
+        post(&Event::AskScores {
+            id: id.into(),
+            letters: rexvqa_engine::rexvqa::Letter::ALL[..p.len()].to_vec(),
+            probs: p.clone(),
+        });
+    }
+    post(&Event::AskText {
+        id: id.into(),
+        text: a.response.clone(),
+    });
+    post(&Event::AskDone {
+        id: id.into(),
+        answer: a,
+    });
+    Ok(())
+}
+
+async fn ask_free(split_name: &str, id: &str, text: &str, settings: Settings) -> Result<(), String> {
+    let (model, s) = (model()?, split(split_name)?);
+    let r = s.get(id).ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
+    let store = FileStore(files());
+    let mut session = Session::new(&model);
+    let mut feats = Vec::new();
+    for path in eval::image_paths(r, &settings) {
+        let png = store.read(&path).await?;
+        let px = model.preprocess_png(&png, settings.policy).map_err(|e| e.to_string())?;
+        feats.push(session.add_image(&path, &px).map_err(|e| e.to_string())?);
+    }
+    let ids = model
+        .tokenize_rendered(&prompt::chat(Some(prompt::SYSTEM), text, feats.len()), feats.len())
+        .map_err(|e| e.to_string())?;
+    let t0 = now_ms();
+    let mut last = 0.0;
+    let out = session
+        .generate(&ids, &feats, 512, &mut |_, so_far| {
+            let now = now_ms();
+            if now - last > 80.0 {
+                last = now;
+                post(&Event::AskText {
+                    id: "free".into(),
+                    text: so_far.into(),
+                });
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = model.tokenizer.decode(&out, true);
+    post(&Event::AskText {
+        id: "free".into(),
+        text: text.clone(),
+    });
+    post(&Event::AskDone {
+        id: "free".into(),
+        answer: Answer {
+            id: "free".into(),
+            prediction: None,
+            robust: None,
+            response: text,
+            probs: None,
+            missing_images: Vec::new(),
+            ms: now_ms() - t0,
+        },
+    });
+    Ok(())
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RunMeta {
+    split: String,
+    scope: Scope,
+    settings: Settings,
+    model: String,
+    created_ms: f64,
+    total: usize,
+}
+
+async fn read_run(run_id: &str) -> Result<(RunMeta, Vec<Answer>), String> {
+    let dir = runs_dir().await?;
+    let meta: RunMeta = serde_json::from_str(&dir.read_text(&format!("{run_id}.json")).await?)
+        .map_err(|e| format!("run {run_id}: {e}"))?;
+    let journal = dir.read_text(&format!("{run_id}.jsonl")).await.unwrap_or_default();
+    Ok((meta, eval::read_journal(&journal)))
+}
+
+async fn list_runs() -> Result<Vec<RunInfo>, String> {
+    let dir = runs_dir().await?;
+    let mut out = Vec::new();
+    for name in dir.names().await? {
+        let Some(id) = name.strip_suffix(".json") else { continue };
+        if let Ok((m, answers)) = read_run(id).await {
+            out.push(RunInfo {
+                run_id: id.into(),
+                finished: m.total > 0 && answers.len() >= m.total,
+                answered: answers.len(),
+                split: m.split,
+                scope: m.scope,
+                settings: m.settings,
+                total: m.total,
+                model: m.model,
+                created_ms: m.created_ms,
+            });
+        }
+    }
+    out.sort_by(|a, b| b.created_ms.total_cmp(&a.created_ms));
+    Ok(out)
+}
+
+fn per_task(s: &Split, answers: &[Answer]) -> BTreeMap<String, (usize, usize)> {
+    let mut m: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for a in answers {
+        if let Some(r) = s.get(&a.id)
+            && let Some(c) = r.correct
+        {
+            let e = m.entry(r.task.name().to_string()).or_default();
+            e.0 += usize::from(a.prediction == Some(c));
+            e.1 += 1;
+        }
+    }
+    m
+}
+
+async fn run_eval(run_id: String) -> Result<(), String> {
+    let (meta, mut done) = read_run(&run_id).await?;
+    let (model, s) = (model()?, split(&meta.split)?);
+    let todo = eval::pending(&s, &meta.scope, &done).map_err(|e| e.to_string())?;
+    let total = s.select(&meta.scope).map_err(|e| e.to_string())?.len();
+    let dir = runs_dir().await?;
+    // Rewrite the journal from its complete lines, so a line torn by a crash cannot corrupt
+    // the appends that follow.
+    let journal = dir.open_sync(&format!("{run_id}.jsonl"), true).await?;
+    journal.truncate(0)?;
+    let text: String = done.iter().map(eval::journal_line).collect();
+    journal.write_at(text.as_bytes(), 0)?;
+    journal.flush()?;
+    let ctl = Rc::new(EvalCtl {
+        paused: Cell::new(false),
+        cancelled: Cell::new(false),
+    });
+    STATE.with(|st| st.borrow_mut().eval = Some(ctl.clone()));
+    let store = FileStore(files());
+    let mut session = Session::new(&model);
+    let (t0, mut n_here, mut study) = (now_ms(), 0usize, String::new());
+    let progress = |done: &[Answer], n_here: usize, state: &str| {
+        let secs = (now_ms() - t0) / 1000.0;
+        let rate = n_here as f64 / secs.max(1e-3);
+        EvalProgress {
+            run_id: run_id.clone(),
+            done: done.len(),
+            total,
+            rate,
+            eta_s: if rate > 0.0 { (total.saturating_sub(done.len())) as f64 / rate } else { 0.0 },
+            per_task: per_task(&s, done),
+            state: state.into(),
+        }
+    };
+    post(&Event::EvalProgress(progress(&done, 0, "running")));
+    let mut state = "finished";
+    for i in todo {
+        if ctl.paused.get() {
+            post(&Event::EvalProgress(progress(&done, n_here, "paused")));
+            while ctl.paused.get() && !ctl.cancelled.get() {
+                sleep(100).await;
+            }
+        }
+        if ctl.cancelled.get() {
+            state = "cancelled";
+            break;
+        }
+        let r = &s.records[i];
+        if r.study_key() != study {
+            session.clear();
+            study = r.study_key().to_string();
+        }
+        let a = eval::answer(&mut session, r, &meta.settings, &store, &PerfClock, &mut |_| {})
+            .await
+            .map_err(|e| format!("question {}: {e}", r.id))?;
+        journal.append(eval::journal_line(&a).as_bytes())?;
+        journal.flush()?;
+        done.push(a);
+        n_here += 1;
+        post(&Event::EvalProgress(progress(&done, n_here, "running")));
+        // Let pause/cancel messages in.
+        sleep(0).await;
+    }
+    journal.close();
+    STATE.with(|st| st.borrow_mut().eval = None);
+    post(&Event::EvalProgress(progress(&done, n_here, state)));
+    post(&Event::Report {
+        run_id: run_id.clone(),
+        report: eval::report(&s, &done, &meta.settings, total),
+        missing: 0,
+    });
+    Ok(())
+}
+
+async fn start_eval(split_name: String, scope: Scope, settings: Settings) -> Result<(), String> {
+    let s = split(&split_name)?;
+    model()?;
+    if STATE.with(|st| st.borrow().eval.is_some()) {
+        return Err("an evaluation is already running: pause or cancel it first".into());
+    }
+    let total = s.select(&scope).map_err(|e| e.to_string())?.len();
+    let run_id = format!("run-{}", js_sys::Date::now() as u64);
+    let meta = RunMeta {
+        split: split_name,
+        scope,
+        settings,
+        model: STATE.with(|st| st.borrow().model_name.clone()),
+        created_ms: js_sys::Date::now(),
+        total,
+    };
+    runs_dir()
+        .await?
+        .write_text(&format!("{run_id}.json"), &serde_json::to_string(&meta).map_err(|e| e.to_string())?)
+        .await?;
+    run_eval(run_id).await
+}
+
+async fn export(run_id: &str, format: &str) -> Result<Event, String> {
+    let (meta, answers) = read_run(run_id).await?;
+    let s = split(&meta.split)?;
+    let report = eval::report(&s, &answers, &meta.settings, meta.total);
+    let (ext, mime, text) = match format {
+        "leaderboard" => (
+            "predictions.json",
+            "application/json",
+            serde_json::to_string_pretty(&eval::leaderboard(&s, &answers)).map_err(|e| e.to_string())?,
+        ),
+        "csv" => ("answers.csv", "text/csv", eval::csv(&s, &answers)),
+        "markdown" => (
+            "report.md",
+            "text/markdown",
+            eval::markdown(
+                &report,
+                &[
+                    ("model", meta.model.clone()),
+                    ("split", meta.split.clone()),
+                    ("app", format!("rexvqa-web {}", env!("CARGO_PKG_VERSION"))),
+                ],
+            ),
+        ),
+        "report" => ("report.json", "application/json", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?),
+        other => return Err(format!("unknown export format {other:?}")),
+    };
+    Ok(Event::Export {
+        name: format!("{}_{run_id}_{ext}", meta.split),
+        mime: mime.into(),
+        text,
+    })
+}
+
+async fn merge(split_name: &str, names: Vec<String>, list: Vec<File>) -> Result<Event, String> {
+    let s = split(split_name)?;
+    let mut texts = Vec::new();
+    for (n, f) in names.into_iter().zip(list) {
+        let t = String::from_utf8(read_blob(&f).await?).map_err(|_| format!("{n}: not UTF-8 text"))?;
+        texts.push((n, t));
+    }
+    let merged = score::merge_shards(&s, &texts).map_err(|e| e.to_string())?;
+    let preds = score::predictions_from_leaderboard(&s, &merged.predictions);
+    let rep = score::report(&preds);
+    Ok(Event::Report {
+        run_id: "merged".into(),
+        report: eval::EvalReport {
+            settings: Settings::default(),
+            answered: preds.len(),
+            in_scope: s.records.len(),
+            official: rep.clone(),
+            robust: rep,
+            missing_images: 0,
+            mean_ms: 0.0,
+        },
+        missing: merged.missing.len(),
+    })
+}
+
+fn settings(mode: rexvqa_engine::session::Mode, policy: image::Policy, all_images: bool) -> Settings {
+    Settings {
+        mode,
+        policy,
+        all_images,
+        ..Settings::default()
+    }
+}
+
+async fn handle(req: Request, attached: Vec<File>) {
+    let context = format!("{req:?}").split([' ', '{', '(']).next().unwrap_or("").to_string();
+    let result: Result<(), String> = async {
+        match req {
+            Request::ProbeGpu => post(&crate::gpu::probe().await),
+            Request::ListCache => post(&list_cache().await?),
+            Request::ImportModel => {
+                let text = attached.first().ok_or("choose the text GGUF file")?;
+                let mmproj = attached.get(1);
+                let (t_arch, m_arch) = check_pair(
+                    &BlobSource::new(text.clone().into()),
+                    mmproj.map(|m| BlobSource::new(m.clone().into())).as_ref(),
+                )
+                .await?;
+                let dir = models_dir().await?;
+                let tname = safe_name(&text.name());
+                store_file(&dir, &tname, text, &t_arch).await?;
+                let mname = match mmproj {
+                    Some(m) => {
+                        let n = safe_name(&m.name());
+                        store_file(&dir, &n, m, &m_arch).await?;
+                        Some(n)
+                    }
+                    None => None,
+                };
+                post(&list_cache().await?);
+                post(&Event::ModelLoaded(load_stored(&tname, mname.as_deref()).await?));
+            }
+            Request::DownloadModel { text_url, mmproj_url } => {
+                let dir = models_dir().await?;
+                let name = |u: &str| safe_name(u.rsplit('/').next().unwrap_or(u).split('?').next().unwrap_or(u));
+                let (t, m) = (name(&text_url), name(&mmproj_url));
+                download(&dir, &t, &text_url, "gemma3").await?;
+                download(&dir, &m, &mmproj_url, "clip").await?;
+                post(&list_cache().await?);
+                post(&Event::ModelLoaded(load_stored(&t, Some(&m)).await?));
+            }
+            Request::LoadModel { text, mmproj } => post(&Event::ModelLoaded(load_stored(&text, mmproj.as_deref()).await?)),
+            Request::DeleteModel { name } => {
+                let dir = models_dir().await?;
+                dir.remove(&name).await?;
+                let _ = dir.remove(&format!("{name}.meta.json")).await;
+                post(&list_cache().await?);
+            }
+            Request::OpenDataset { paths } => post(&Event::Dataset(open_dataset(paths, attached).await?)),
+            Request::ListQuestions { split, query, task, category, offset, limit } => {
+                post(&list_questions(&split, &query, task.as_deref(), category.as_deref(), offset, limit)?)
+            }
+            Request::GetQuestion { split, id } => post(&Event::Question(question(&split, &id)?)),
+            Request::GetImage { path } => get_image(&path).await?,
+            Request::Ask { split, id, mode, policy, all_images } => ask(&split, &id, settings(mode, policy, all_images)).await?,
+            Request::AskFree { split, id, text, policy, all_images } => {
+                ask_free(&split, &id, &text, settings(rexvqa_engine::session::Mode::Official, policy, all_images)).await?
+            }
+            Request::EvalStart { split, scope, settings } => start_eval(split, scope, settings).await?,
+            Request::EvalResume { run_id } => {
+                if STATE.with(|st| st.borrow().eval.is_some()) {
+                    return Err("an evaluation is already running".into());
+                }
+                run_eval(run_id).await?
+            }
+            Request::EvalPause | Request::EvalContinue | Request::EvalCancel => STATE.with(|st| {
+                if let Some(c) = &st.borrow().eval {
+                    match req {
+                        Request::EvalPause => c.paused.set(true),
+                        Request::EvalContinue => c.paused.set(false),
+                        _ => c.cancelled.set(true),
+                    }
+                }
+            }),
+            Request::RunReport { run_id } => {
+                let (meta, answers) = read_run(&run_id).await?;
+                let s = split(&meta.split)?;
+                post(&Event::Report {
+                    report: eval::report(&s, &answers, &meta.settings, meta.total),
+                    run_id,
+                    missing: 0,
+                });
+            }
+            Request::Export { run_id, format } => post(&export(&run_id, &format).await?),
+            Request::MergeShards { split, names } => post(&merge(&split, names, attached).await?),
+            Request::DeleteRun { run_id } => {
+                let dir = runs_dir().await?;
+                let _ = dir.remove(&format!("{run_id}.jsonl")).await;
+                dir.remove(&format!("{run_id}.json")).await?;
+                post(&list_cache().await?);
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        fail(&context, e);
     }
 }
 
@@ -27,17 +900,19 @@ async fn handle(req: Request) {
 pub fn run() {
     console_error_panic_hook::set_once();
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(|e: MessageEvent| {
-        let Some(text) = e.data().as_string() else {
-            post(&Event::Error {
-                message: "worker received a non-text message".into(),
-            });
+        let data = e.data();
+        let Some(text) = Reflect::get(&data, &"json".into()).ok().and_then(|v| v.as_string()) else {
+            fail("message", "the worker received a message without a request");
             return;
         };
+        let files: Vec<File> = Reflect::get(&data, &"files".into())
+            .ok()
+            .filter(|v| v.is_object())
+            .map(|v| Array::from(&v).iter().filter_map(|f| f.dyn_into::<File>().ok()).collect())
+            .unwrap_or_default();
         match serde_json::from_str::<Request>(&text) {
-            Ok(req) => wasm_bindgen_futures::spawn_local(handle(req)),
-            Err(err) => post(&Event::Error {
-                message: format!("worker could not read request {text:?}: {err}"),
-            }),
+            Ok(req) => wasm_bindgen_futures::spawn_local(handle(req, files)),
+            Err(err) => fail("message", format!("unreadable request {text:?}: {err}")),
         }
     });
     scope().set_onmessage(Some(on_message.as_ref().unchecked_ref()));

@@ -65,6 +65,12 @@ pub async fn wgpu_async() -> Result<Device, DeviceError> {
     Ok(DEVICE.get_or_init(|| d).clone())
 }
 
+/// The native wgpu device, with the browser's async signature (one API for both targets).
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn wgpu_async() -> Result<Device, DeviceError> {
+    wgpu()
+}
+
 /// A device of the given kind (native).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn open(kind: BackendKind) -> Result<Device, DeviceError> {

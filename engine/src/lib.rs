@@ -1,6 +1,7 @@
 //! rexvqa engine: MedGemma (Gemma 3 + SigLIP) inference on burn, GGUF loading, the Gemma 3
 //! tokenizer, ReXVQA data and the benchmark's scoring. No UI code lives here.
 
+pub mod bench;
 pub mod device;
 pub mod eval;
 pub mod gguf;

@@ -1,11 +1,18 @@
-//! The UI's handle on the engine worker: starts it, sends requests, routes events to signals.
+//! The UI's handle on the engine worker: starts it, sends requests, and turns its events into
+//! signals the panels read. Components get this handle from context; none owns engine state.
 
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use js_sys::{Array, Object, Reflect};
 use leptos::prelude::*;
+use rexvqa_engine::eval::{Answer, EvalReport};
+use rexvqa_engine::rexvqa::Letter;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
-use web_sys::{ErrorEvent, MessageEvent, Worker};
+use web_sys::{ErrorEvent, File, MessageEvent, Worker};
 
-use crate::protocol::{AdapterReport, Event, Request};
+use crate::protocol::*;
 
 /// What the UI knows about the GPU.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,65 +25,289 @@ pub enum GpuState {
     Unavailable(String),
 }
 
+/// Decoded pixels of one image, for the viewer.
+#[derive(Clone)]
+pub struct Pixels {
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+    /// 8 or 16.
+    pub bits: u8,
+    /// 1 or 3.
+    pub channels: u8,
+    /// Samples.
+    pub data: Rc<Vec<u16>>,
+}
+
+/// The answer being produced for the question on screen.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AskState {
+    /// Question id (or "free").
+    pub id: String,
+    /// Whether the worker is still answering.
+    pub busy: bool,
+    /// Letters and probabilities (fast mode).
+    pub scores: Option<(Vec<Letter>, Vec<f32>)>,
+    /// Streamed text.
+    pub text: String,
+    /// The final answer.
+    pub answer: Option<Answer>,
+}
+
+/// Progress of a long operation (copy, download, load).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// What is happening.
+    pub label: String,
+    /// Bytes done.
+    pub done: u64,
+    /// Bytes in all.
+    pub total: u64,
+    /// Bytes per second (0 when unknown).
+    pub rate: f64,
+}
+
 /// The engine worker and the signals it feeds.
 #[derive(Clone, Copy)]
 pub struct Engine {
-    worker: StoredValue<Worker, LocalStorage>,
+    worker: StoredValue<Option<Worker>, LocalStorage>,
     /// GPU state.
     pub gpu: RwSignal<GpuState>,
-    /// The last error the worker reported.
-    pub error: RwSignal<Option<String>>,
+    /// Stored models, runs, and storage usage.
+    pub cache: RwSignal<(Vec<StoredFile>, Vec<RunInfo>, Option<(f64, f64)>)>,
+    /// Copy/download/load progress.
+    pub progress: RwSignal<Option<Progress>>,
+    /// The loaded model.
+    pub model: RwSignal<Option<ModelCard>>,
+    /// The opened dataset.
+    pub dataset: RwSignal<Option<DatasetSummary>>,
+    /// The current page of questions: (total, rows, tasks, categories).
+    pub questions: RwSignal<(usize, Vec<QuestionRow>, Vec<String>, Vec<String>)>,
+    /// The question on screen.
+    pub question: RwSignal<Option<QuestionDetail>>,
+    /// Decoded images by path.
+    pub images: RwSignal<HashMap<String, Pixels>, LocalStorage>,
+    /// The answer in progress.
+    pub ask: RwSignal<AskState>,
+    /// The free-form answer in progress.
+    pub free: RwSignal<AskState>,
+    /// The running evaluation.
+    pub eval: RwSignal<Option<EvalProgress>>,
+    /// The last report: (run id, report, questions missing from merged shards).
+    pub report: RwSignal<Option<(String, EvalReport, usize)>>,
+    /// Errors to show, newest last.
+    pub errors: RwSignal<Vec<String>>,
+    /// Whether a request that blocks a panel is in flight (e.g. opening a dataset).
+    pub busy: RwSignal<Option<String>>,
+}
+
+fn save(name: &str, mime: &str, text: &str) -> Result<(), JsValue> {
+    let parts = Array::of1(&JsValue::from_str(text));
+    let opts = web_sys::BlobPropertyBag::new();
+    opts.set_type(mime);
+    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts)?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob)?;
+    let doc = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
+    let a: web_sys::HtmlAnchorElement = doc.create_element("a")?.dyn_into()?;
+    a.set_href(&url);
+    a.set_download(name);
+    a.click();
+    web_sys::Url::revoke_object_url(&url)?;
+    Ok(())
 }
 
 impl Engine {
     /// Starts the worker (trunk builds it as `worker_loader.js`).
-    pub fn start() -> Result<Engine, String> {
-        let worker = Worker::new("./worker_loader.js").map_err(|e| crate::gpu::describe(&e))?;
-        let on_message_target = worker.clone();
+    pub fn start() -> Engine {
         let engine = Engine {
-            worker: StoredValue::new_local(worker),
+            worker: StoredValue::new_local(None),
             gpu: RwSignal::new(GpuState::Probing),
-            error: RwSignal::new(None),
+            cache: RwSignal::new((Vec::new(), Vec::new(), None)),
+            progress: RwSignal::new(None),
+            model: RwSignal::new(None),
+            dataset: RwSignal::new(None),
+            questions: RwSignal::new((0, Vec::new(), Vec::new(), Vec::new())),
+            question: RwSignal::new(None),
+            images: RwSignal::new_local(HashMap::new()),
+            ask: RwSignal::new(AskState::default()),
+            free: RwSignal::new(AskState::default()),
+            eval: RwSignal::new(None),
+            report: RwSignal::new(None),
+            errors: RwSignal::new(Vec::new()),
+            busy: RwSignal::new(None),
         };
-        let e2 = engine;
+        let worker = match Worker::new("./worker_loader.js") {
+            Ok(w) => w,
+            Err(e) => {
+                engine
+                    .gpu
+                    .set(GpuState::Unavailable(format!("The engine worker could not start: {}", crate::gpu::describe(&e))));
+                return engine;
+            }
+        };
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |m: MessageEvent| {
-            let Some(text) = m.data().as_string() else {
+            let data = m.data();
+            let Some(text) = Reflect::get(&data, &"json".into()).ok().and_then(|v| v.as_string()) else {
                 return;
             };
             match serde_json::from_str::<Event>(&text) {
-                Ok(ev) => e2.on_event(ev),
-                Err(err) => e2
-                    .error
-                    .set(Some(format!("unreadable worker message: {err}"))),
+                Ok(ev) => engine.on_event(ev, &data),
+                Err(err) => engine.error(format!("unreadable worker message: {err}")),
             }
         });
-        on_message_target.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         on_message.forget();
-        let err_sig = engine.error;
         let on_error = Closure::<dyn FnMut(ErrorEvent)>::new(move |e: ErrorEvent| {
-            err_sig.set(Some(format!("the engine worker failed: {}", e.message())));
+            engine.error(format!("the engine worker failed: {}", e.message()));
         });
-        on_message_target.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+        worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
         on_error.forget();
-        Ok(engine)
+        engine.worker.set_value(Some(worker));
+        engine
     }
 
-    /// Sends a request to the worker.
-    pub fn send(&self, req: &Request) {
+    /// Shows an error.
+    pub fn error(&self, msg: String) {
+        self.errors.update(|e| e.push(msg));
+    }
+
+    /// Sends a request with attached files.
+    pub fn send_with(&self, req: &Request, files: &[File]) {
+        let o = Object::new();
+        let _ = Reflect::set(&o, &"json".into(), &JsValue::from_str(&req.to_json()));
+        if !files.is_empty() {
+            let arr = Array::new();
+            for f in files {
+                arr.push(f);
+            }
+            let _ = Reflect::set(&o, &"files".into(), &arr);
+        }
         let sent = self
             .worker
-            .with_value(|w| w.post_message(&JsValue::from_str(&req.to_json())));
-        if let Err(e) = sent {
-            self.error.set(Some(crate::gpu::describe(&e)));
+            .with_value(|w| w.as_ref().map(|w| w.post_message(&o)));
+        match sent {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.error(crate::gpu::describe(&e)),
+            None => self.error("the engine worker is not running".into()),
         }
     }
 
-    fn on_event(&self, ev: Event) {
+    /// Sends a request.
+    pub fn send(&self, req: &Request) {
+        self.send_with(req, &[]);
+    }
+
+    fn on_event(&self, ev: Event, data: &JsValue) {
         match ev {
-            Event::Ready => self.send(&Request::ProbeGpu),
+            Event::Ready => {
+                self.send(&Request::ProbeGpu);
+                self.send(&Request::ListCache);
+            }
             Event::Gpu(r) => self.gpu.set(GpuState::Ready(r)),
             Event::GpuUnavailable { reason } => self.gpu.set(GpuState::Unavailable(reason)),
-            Event::Error { message } => self.error.set(Some(message)),
+            Event::Cache { models, runs, usage } => self.cache.set((models, runs, usage)),
+            Event::Copy { name, done, total, rate } => self.progress.set(Some(Progress {
+                label: format!("Copying {name} into browser storage"),
+                done,
+                total,
+                rate,
+            })),
+            Event::Loading { done, total, tensor } => self.progress.set(Some(Progress {
+                label: format!("Loading weights onto the GPU ({tensor})"),
+                done,
+                total,
+                rate: 0.0,
+            })),
+            Event::ModelLoaded(card) => {
+                self.progress.set(None);
+                self.model.set(Some(card));
+            }
+            Event::Dataset(d) => {
+                self.busy.set(None);
+                self.dataset.set(Some(d));
+            }
+            Event::Questions { total, items, tasks, categories } => self.questions.set((total, items, tasks, categories)),
+            Event::Question(q) => self.question.set(Some(q)),
+            Event::Image { path, width, height, bits, channels } => {
+                let buf = Reflect::get(data, &"buffer".into()).unwrap_or_default();
+                let samples = js_sys::Uint16Array::new(&buf).to_vec();
+                self.images.update(|m| {
+                    m.insert(
+                        path,
+                        Pixels {
+                            width,
+                            height,
+                            bits,
+                            channels,
+                            data: Rc::new(samples),
+                        },
+                    );
+                });
+            }
+            Event::AskScores { id, letters, probs } => {
+                let target = if id == "free" { self.free } else { self.ask };
+                target.update(|a| a.scores = Some((letters, probs)));
+            }
+            Event::AskText { id, text } => {
+                let target = if id == "free" { self.free } else { self.ask };
+                target.update(|a| a.text = text);
+            }
+            Event::AskDone { id, answer } => {
+                let target = if id == "free" { self.free } else { self.ask };
+                target.update(|a| {
+                    a.busy = false;
+                    a.text = answer.response.clone();
+                    a.answer = Some(answer);
+                });
+            }
+            Event::EvalProgress(p) => {
+                let finished = p.state != "running" && p.state != "paused";
+                self.eval.set(Some(p));
+                if finished {
+                    self.send(&Request::ListCache);
+                }
+            }
+            Event::Report { run_id, report, missing } => self.report.set(Some((run_id, report, missing))),
+            Event::Export { name, mime, text } => {
+                if let Err(e) = save(&name, &mime, &text) {
+                    self.error(format!("saving {name} failed: {}", crate::gpu::describe(&e)));
+                }
+            }
+            Event::Error { context, message } => {
+                self.busy.set(None);
+                self.progress.set(None);
+                self.ask.update(|a| a.busy = false);
+                self.free.update(|a| a.busy = false);
+                self.error(format!("{context}: {message}"));
+            }
         }
+    }
+}
+
+/// Human-readable bytes.
+pub fn bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n;
+    let mut u = 0;
+    while v >= 1000.0 && u < UNITS.len() - 1 {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 { format!("{v:.0} {}", UNITS[u]) } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+/// Human-readable duration.
+pub fn duration(secs: f64) -> String {
+    if !secs.is_finite() {
+        return "—".into();
+    }
+    let s = secs.round() as u64;
+    if s >= 3600 {
+        format!("{}h {:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m {:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
     }
 }

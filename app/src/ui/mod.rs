@@ -1,37 +1,87 @@
-//! The leptos UI: one component per file; components get signals, never own engine state.
+//! The leptos UI: one component per file; components get the engine handle from context and
+//! read its signals, never owning engine state.
 
+mod about_panel;
+mod dataset_panel;
 pub mod engine;
+mod eval_panel;
 mod gpu_panel;
+mod model_panel;
+mod progress;
+mod report_panel;
+mod study_panel;
+mod xray_view;
 
 use leptos::prelude::*;
+use web_sys::KeyboardEvent;
 
-use engine::{Engine, GpuState};
+use about_panel::AboutPanel;
+use dataset_panel::DatasetPanel;
+use engine::Engine;
+use eval_panel::EvalPanel;
 use gpu_panel::GpuPanel;
+use model_panel::ModelPanel;
+use report_panel::ReportPanel;
+use study_panel::StudyPanel;
 
-/// The application shell.
+const TABS: [(&str, &str); 6] = [
+    ("model", "Model"),
+    ("data", "Dataset"),
+    ("study", "Studies"),
+    ("eval", "Evaluate"),
+    ("report", "Report"),
+    ("about", "About"),
+];
+
+/// The application shell: header, tabs (arrow keys move between them), panels, errors.
 #[component]
 pub fn App() -> impl IntoView {
     let engine = Engine::start();
-    let (gpu, error) = match &engine {
-        Ok(e) => (e.gpu, e.error),
-        Err(msg) => (
-            RwSignal::new(GpuState::Unavailable(format!(
-                "The engine worker could not start: {msg}"
-            ))),
-            RwSignal::new(None),
-        ),
+    provide_context(engine);
+    let tab = RwSignal::new("model");
+    // Finishing a run or opening one shows its report.
+    Effect::new(move |_| {
+        if engine.report.get().is_some() {
+            tab.set("report");
+        }
+    });
+    let on_key = move |ev: KeyboardEvent| {
+        let i = TABS.iter().position(|t| t.0 == tab.get_untracked()).unwrap_or(0);
+        let j = match ev.key().as_str() {
+            "ArrowRight" => (i + 1) % TABS.len(),
+            "ArrowLeft" => (i + TABS.len() - 1) % TABS.len(),
+            _ => return,
+        };
+        tab.set(TABS[j].0);
     };
-    if let Ok(e) = engine {
-        provide_context(e);
-    }
     view! {
         <header class="top">
             <h1>"rexvqa-web"</h1>
             <p class="tagline">"MedGemma on ReXVQA, entirely in your browser. No image or answer leaves this machine."</p>
+            <nav role="tablist" aria-label="sections" on:keydown=on_key>
+                {TABS.iter().map(|(id, label)| view! {
+                    <button role="tab" class="tab" data-testid=format!("tab-{id}")
+                        aria-selected=move || (tab.get() == *id).to_string()
+                        class:active=move || tab.get() == *id
+                        tabindex=move || if tab.get() == *id { "0" } else { "-1" }
+                        on:click=move |_| tab.set(id)>{*label}</button>
+                }).collect_view()}
+            </nav>
         </header>
         <main>
-            <GpuPanel state=gpu />
-            {move || error.get().map(|e| view! { <p class="error" role="alert" data-testid="app-error">{e}</p> })}
+            {move || (!engine.errors.get().is_empty()).then(|| view! {
+                <div class="errors" role="alert" data-testid="app-error">
+                    {engine.errors.get().into_iter().rev().take(3).map(|e| view! { <p>{e}</p> }).collect_view()}
+                    <button class="secondary" on:click=move |_| engine.errors.set(Vec::new())>"Dismiss"</button>
+                </div>
+            })}
+            <GpuPanel state=engine.gpu />
+            <div hidden=move || tab.get() != "model"><ModelPanel /></div>
+            <div hidden=move || tab.get() != "data"><DatasetPanel /></div>
+            <div hidden=move || tab.get() != "study"><StudyPanel /></div>
+            <div hidden=move || tab.get() != "eval"><EvalPanel /></div>
+            <div hidden=move || tab.get() != "report"><ReportPanel /></div>
+            <div hidden=move || tab.get() != "about"><AboutPanel /></div>
         </main>
     }
 }

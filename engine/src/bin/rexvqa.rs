@@ -146,6 +146,36 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Time image encoding, prefill, decoding and questions; print and write JSON.
+    Bench {
+        #[command(flatten)]
+        m: ModelArgs,
+        /// Prompt lengths for the prefill figure.
+        #[arg(long, value_delimiter = ',', default_value = "300,1000")]
+        prefill: Vec<usize>,
+        /// Tokens to decode.
+        #[arg(long, default_value_t = 32)]
+        decode: usize,
+        /// Generation cap of the official-mode question.
+        #[arg(long, default_value_t = 256)]
+        official_max_tokens: usize,
+        /// Write the JSON here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Write a synthetic MedGemma-4B-shaped GGUF pair (random weights, real shapes, Q4_K_M mix,
+    /// F16 mmproj) for memory and speed measurements; ~3.4 GB.
+    SynthModel {
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// A Gemma 3 GGUF whose tokenizer to copy (e.g. the Gemma 3 270M fixture).
+        #[arg(long)]
+        tokenizer_from: PathBuf,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Write a synthetic ReXVQA split (16-bit PNGs + metadata JSON) in the real layout.
     Synth {
         /// Output folder (receives deid_png/ and metadata/).
@@ -474,6 +504,50 @@ fn run(cli: Cli) -> Result<(), String> {
                     "ci": [o.ci_low, o.ci_high], "failed_extractions": report.official.failed_extractions})
             );
         }
+        Command::Bench { m, prefill, decode, official_max_tokens, out } => {
+            let t0 = Instant::now();
+            let model = load_model(&m)?;
+            let load_s = t0.elapsed().as_secs_f64();
+            let opts = rexvqa_engine::bench::BenchOptions { prefill_lengths: prefill, decode_tokens: decode, questions: 4, official_max_tokens };
+            let r = pollster::block_on(rexvqa_engine::bench::run(&model, &opts, &Wall(Instant::now()))).map_err(|e| e.to_string())?;
+            let json = serde_json::json!({
+                "engine": format!("rexvqa {}", env!("CARGO_PKG_VERSION")),
+                "backend": format!("{:?}", m.backend).to_lowercase(),
+                "model": m.model.display().to_string(),
+                "mmproj": m.mmproj.as_ref().map(|p| p.display().to_string()),
+                "load_s": load_s,
+                "peak_rss_bytes": peak_rss(),
+                "results": r,
+            });
+            let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+            println!("{text}");
+            if let Some(p) = out {
+                write(&p, &text)?;
+            }
+        }
+        Command::SynthModel { out, tokenizer_from, seed } => {
+            use rexvqa_engine::model::synthetic as syn;
+            let mut src = FileSource::open(&tokenizer_from).map_err(|e| err(&tokenizer_from, e))?;
+            let tok = Gguf::read(&mut src).map_err(|e| err(&tokenizer_from, e))?;
+            std::fs::create_dir_all(&out).map_err(|e| err(&out, e))?;
+            let s = syn::Shapes::medgemma_4b();
+            for (name, meta, tensors) in [
+                ("medgemma-4b-synthetic-Q4_K_M.gguf", syn::text_metadata(&s, &tok), syn::text_tensors(&s)),
+                ("mmproj-medgemma-4b-synthetic-F16.gguf", syn::mmproj_metadata(&s), syn::mmproj_tensors(&s)),
+            ] {
+                let path = out.join(name);
+                let f = std::fs::File::create(&path).map_err(|e| err(&path, e))?;
+                let mut w = std::io::BufWriter::new(f);
+                syn::write(&mut w, &meta, &tensors, seed, &mut |i, n| {
+                    if i % 50 == 0 || i + 1 == n {
+                        eprintln!("{name}: {}/{n} tensors", i + 1);
+                    }
+                })
+                .and_then(|()| w.flush())
+                .map_err(|e| err(&path, e))?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
         Command::Synth {
             out,
             studies,
@@ -518,6 +592,14 @@ fn run(cli: Cli) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Peak resident memory of this process (Linux), for the memory figures of `bench`.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 fn main() -> ExitCode {

@@ -139,41 +139,99 @@ impl Writer {
 
     /// Serialises the file.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let alignment = self
-            .metadata
+        let specs: Vec<TensorSpec> = self
+            .tensors
             .iter()
-            .find(|(k, _)| k == "general.alignment")
-            .and_then(|(_, v)| v.as_u64())
-            .unwrap_or(DEFAULT_ALIGNMENT);
+            .map(|t| TensorSpec {
+                name: t.name.clone(),
+                dims: t.dims.clone(),
+                ty: t.ty,
+            })
+            .collect();
         let mut out = Vec::new();
-        out.extend_from_slice(b"GGUF");
-        out.extend_from_slice(&3u32.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (k, v) in &self.metadata {
-            put_str(&mut out, k);
-            out.extend_from_slice(&type_id(v).to_le_bytes());
-            put_value(&mut out, v);
-        }
-        let mut offset = 0u64;
-        let mut offsets = Vec::with_capacity(self.tensors.len());
-        for t in &self.tensors {
-            put_str(&mut out, &t.name);
-            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for d in &t.dims {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            out.extend_from_slice(&t.ty.id().to_le_bytes());
-            out.extend_from_slice(&offset.to_le_bytes());
-            offsets.push(offset);
-            offset = (offset + t.bytes.len() as u64).div_ceil(alignment) * alignment;
-        }
-        let data_start = (out.len() as u64).div_ceil(alignment) * alignment;
-        out.resize(data_start as usize, 0);
-        for (t, off) in self.tensors.iter().zip(offsets) {
-            out.resize((data_start + off) as usize, 0);
-            out.extend_from_slice(&t.bytes);
-        }
+        write_streaming(&self.metadata, &specs, &mut out, |i, buf| {
+            buf.clear();
+            buf.extend_from_slice(&self.tensors[i].bytes);
+            Ok(())
+        })
+        .expect("writing to a Vec cannot fail");
         out
     }
+}
+
+/// A tensor's name, ggml dims and type, without its bytes (for streamed writing).
+#[derive(Debug, Clone)]
+pub struct TensorSpec {
+    /// Tensor name.
+    pub name: String,
+    /// Dimensions in ggml order.
+    pub dims: Vec<u64>,
+    /// Element type.
+    pub ty: GgmlType,
+}
+
+impl TensorSpec {
+    fn size(&self) -> u64 {
+        self.ty
+            .bytes_for(self.dims.iter().product())
+            .expect("tensor dims are whole blocks")
+    }
+}
+
+/// Writes a GGUF v3 file tensor by tensor: `produce(i, buf)` fills `buf` with tensor `i`'s
+/// bytes just before they are written, so a multi-GB file never sits in memory.
+pub fn write_streaming(
+    metadata: &[(String, Value)],
+    tensors: &[TensorSpec],
+    out: &mut impl std::io::Write,
+    mut produce: impl FnMut(usize, &mut Vec<u8>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let alignment = metadata
+        .iter()
+        .find(|(k, _)| k == "general.alignment")
+        .and_then(|(_, v)| v.as_u64())
+        .unwrap_or(DEFAULT_ALIGNMENT);
+    let mut head = Vec::new();
+    head.extend_from_slice(b"GGUF");
+    head.extend_from_slice(&3u32.to_le_bytes());
+    head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (k, v) in metadata {
+        put_str(&mut head, k);
+        head.extend_from_slice(&type_id(v).to_le_bytes());
+        put_value(&mut head, v);
+    }
+    let mut offset = 0u64;
+    for t in tensors {
+        put_str(&mut head, &t.name);
+        head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in &t.dims {
+            head.extend_from_slice(&d.to_le_bytes());
+        }
+        head.extend_from_slice(&t.ty.id().to_le_bytes());
+        head.extend_from_slice(&offset.to_le_bytes());
+        offset = (offset + t.size()).div_ceil(alignment) * alignment;
+    }
+    let data_start = (head.len() as u64).div_ceil(alignment) * alignment;
+    head.resize(data_start as usize, 0);
+    out.write_all(&head)?;
+    let mut buf = Vec::new();
+    let mut written = 0u64;
+    for (i, t) in tensors.iter().enumerate() {
+        produce(i, &mut buf)?;
+        if buf.len() as u64 != t.size() {
+            return Err(std::io::Error::other(format!(
+                "tensor {}: {} bytes produced, {} expected",
+                t.name,
+                buf.len(),
+                t.size()
+            )));
+        }
+        out.write_all(&buf)?;
+        written += buf.len() as u64;
+        let pad = written.div_ceil(alignment) * alignment - written;
+        out.write_all(&vec![0u8; pad as usize])?;
+        written += pad;
+    }
+    Ok(())
 }

@@ -13,6 +13,7 @@ pub mod config;
 pub mod decoder;
 pub mod load;
 pub mod nn;
+pub mod synthetic;
 pub mod vision;
 
 pub use config::{TextConfig, VisionConfig};

@@ -17,7 +17,7 @@ pub struct Split {
 }
 
 /// Counts shown when a split is opened.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SplitSummary {
     /// Usable questions.
     pub questions: usize,
@@ -36,7 +36,8 @@ pub struct SplitSummary {
 }
 
 /// Which questions to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Scope {
     /// Every question.
     All,

@@ -1,0 +1,239 @@
+//! Browser I/O for the worker: range reads of `Blob`/`File` objects and the origin-private file
+//! system (OPFS) through its synchronous access handles (worker-only, fast, flushable).
+//! Reached through `Reflect` where web-sys has no stable binding.
+
+use js_sys::{Object, Promise, Reflect, Uint8Array};
+use rexvqa_engine::gguf::{RangeSource, SourceError};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::Blob;
+
+use crate::gpu::describe;
+
+fn get(obj: &JsValue, key: &str) -> JsValue {
+    Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// Calls `obj.method(args...)`.
+pub fn call(obj: &JsValue, method: &str, args: &[JsValue]) -> Result<JsValue, String> {
+    let f: js_sys::Function = get(obj, method)
+        .dyn_into()
+        .map_err(|_| format!("{method} is not available in this browser"))?;
+    let arr = js_sys::Array::new();
+    for a in args {
+        arr.push(a);
+    }
+    f.apply(obj, &arr).map_err(|e| describe(&e))
+}
+
+/// Awaits `obj.method(args...)` when it returns a promise.
+pub async fn call_async(obj: &JsValue, method: &str, args: &[JsValue]) -> Result<JsValue, String> {
+    let p: Promise = call(obj, method, args)?
+        .dyn_into()
+        .map_err(|_| format!("{method} did not return a promise"))?;
+    JsFuture::from(p).await.map_err(|e| describe(&e))
+}
+
+/// Reads a whole blob.
+pub async fn read_blob(blob: &Blob) -> Result<Vec<u8>, String> {
+    let buf = JsFuture::from(blob.array_buffer())
+        .await
+        .map_err(|e| describe(&e))?;
+    Ok(Uint8Array::new(&buf).to_vec())
+}
+
+/// A `File`/`Blob` read in ranges, so a multi-GB GGUF is never copied whole into wasm memory.
+#[derive(Debug, Clone)]
+pub struct BlobSource {
+    blob: Blob,
+    size: u64,
+}
+
+impl BlobSource {
+    /// Wraps a blob.
+    pub fn new(blob: Blob) -> Self {
+        let size = blob.size() as u64;
+        BlobSource { blob, size }
+    }
+}
+
+impl RangeSource for BlobSource {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    async fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>, SourceError> {
+        let end = offset + len as u64;
+        if end > self.size {
+            return Err(SourceError::OutOfRange {
+                offset,
+                end,
+                size: self.size,
+            });
+        }
+        let part = self
+            .blob
+            .slice_with_f64_and_f64(offset as f64, end as f64)
+            .map_err(|e| SourceError::Other(describe(&e)))?;
+        read_blob(&part).await.map_err(SourceError::Other)
+    }
+}
+
+/// A directory of the origin-private file system.
+#[derive(Clone)]
+pub struct Dir(JsValue);
+
+/// The OPFS root, or why it is unavailable.
+pub async fn opfs_root() -> Result<Dir, String> {
+    let storage = get(&get(&js_sys::global(), "navigator"), "storage");
+    if storage.is_undefined() {
+        return Err("this browser offers no storage API (navigator.storage)".into());
+    }
+    Ok(Dir(call_async(&storage, "getDirectory", &[]).await?))
+}
+
+fn create_opts(create: bool) -> JsValue {
+    let o = Object::new();
+    let _ = Reflect::set(&o, &"create".into(), &JsValue::from_bool(create));
+    o.into()
+}
+
+impl Dir {
+    /// A subdirectory, created when asked.
+    pub async fn dir(&self, name: &str, create: bool) -> Result<Dir, String> {
+        Ok(Dir(call_async(&self.0, "getDirectoryHandle", &[name.into(), create_opts(create)]).await?))
+    }
+
+    /// A file handle, created when asked.
+    pub async fn file(&self, name: &str, create: bool) -> Result<JsValue, String> {
+        call_async(&self.0, "getFileHandle", &[name.into(), create_opts(create)]).await
+    }
+
+    /// Whether `name` exists here as a file.
+    pub async fn has_file(&self, name: &str) -> bool {
+        self.file(name, false).await.is_ok()
+    }
+
+    /// The `File` snapshot of a stored file (for range reads).
+    pub async fn blob(&self, name: &str) -> Result<Blob, String> {
+        let h = self.file(name, false).await?;
+        call_async(&h, "getFile", &[])
+            .await?
+            .dyn_into::<Blob>()
+            .map_err(|_| "getFile did not return a File".to_string())
+    }
+
+    /// Opens a file for synchronous reads and writes (worker only).
+    pub async fn open_sync(&self, name: &str, create: bool) -> Result<SyncFile, String> {
+        let h = self.file(name, create).await?;
+        Ok(SyncFile(call_async(&h, "createSyncAccessHandle", &[]).await?))
+    }
+
+    /// Removes an entry.
+    pub async fn remove(&self, name: &str) -> Result<(), String> {
+        call_async(&self.0, "removeEntry", &[name.into()]).await.map(|_| ())
+    }
+
+    /// Names of the entries.
+    pub async fn names(&self) -> Result<Vec<String>, String> {
+        let it = call(&self.0, "keys", &[])?;
+        let mut out = Vec::new();
+        loop {
+            let step = call_async(&it, "next", &[]).await?;
+            if get(&step, "done").as_bool().unwrap_or(true) {
+                break;
+            }
+            if let Some(n) = get(&step, "value").as_string() {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes a small file whole.
+    pub async fn write_text(&self, name: &str, text: &str) -> Result<(), String> {
+        let f = self.open_sync(name, true).await?;
+        f.truncate(0)?;
+        f.write_at(text.as_bytes(), 0)?;
+        f.flush()?;
+        f.close();
+        Ok(())
+    }
+
+    /// Reads a small file whole as text.
+    pub async fn read_text(&self, name: &str) -> Result<String, String> {
+        let b = self.blob(name).await?;
+        String::from_utf8(read_blob(&b).await?).map_err(|e| e.to_string())
+    }
+}
+
+/// A `FileSystemSyncAccessHandle`.
+pub struct SyncFile(JsValue);
+
+impl SyncFile {
+    fn at(offset: u64) -> JsValue {
+        let o = Object::new();
+        let _ = Reflect::set(&o, &"at".into(), &JsValue::from_f64(offset as f64));
+        o.into()
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> Result<u64, String> {
+        Ok(call(&self.0, "getSize", &[])?.as_f64().unwrap_or(0.0) as u64)
+    }
+
+    /// Writes `bytes` at `offset`.
+    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<(), String> {
+        let arr = Uint8Array::from(bytes);
+        let n = call(&self.0, "write", &[arr.into(), Self::at(offset)])?
+            .as_f64()
+            .unwrap_or(0.0) as usize;
+        if n != bytes.len() {
+            return Err(format!("storage is full: wrote {n} of {} bytes", bytes.len()));
+        }
+        Ok(())
+    }
+
+    /// Appends `bytes` at the end.
+    pub fn append(&self, bytes: &[u8]) -> Result<(), String> {
+        self.write_at(bytes, self.size()?)
+    }
+
+    /// Cuts the file to `len` bytes.
+    pub fn truncate(&self, len: u64) -> Result<(), String> {
+        call(&self.0, "truncate", &[JsValue::from_f64(len as f64)]).map(|_| ())
+    }
+
+    /// Persists writes.
+    pub fn flush(&self) -> Result<(), String> {
+        call(&self.0, "flush", &[]).map(|_| ())
+    }
+
+    /// Releases the handle (others can open the file again).
+    pub fn close(&self) {
+        let _ = call(&self.0, "close", &[]);
+    }
+}
+
+impl Drop for SyncFile {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// `performance.now()` of the current global.
+pub fn now_ms() -> f64 {
+    let perf = get(&js_sys::global(), "performance");
+    call(&perf, "now", &[])
+        .ok()
+        .and_then(|v| v.as_f64())
+        .unwrap_or_else(js_sys::Date::now)
+}
+
+/// Resolves after `ms` milliseconds (lets the worker's event loop run).
+pub async fn sleep(ms: i32) {
+    let p = Promise::new(&mut |resolve, _| {
+        let _ = call(&js_sys::global(), "setTimeout", &[resolve.into(), JsValue::from(ms)]);
+    });
+    let _ = JsFuture::from(p).await;
+}

@@ -1,0 +1,140 @@
+//! Evaluate panel: choose split, scope, mode and policy; run with live progress (q/s, ETA,
+//! running accuracy per task); pause, resume, cancel; resume stored runs after a reload.
+
+use leptos::prelude::*;
+use rexvqa_engine::eval::Settings;
+use rexvqa_engine::image::Policy;
+use rexvqa_engine::rexvqa::Scope;
+use rexvqa_engine::session::Mode;
+
+use super::engine::{Engine, duration};
+use crate::protocol::Request;
+
+/// The evaluate panel.
+#[component]
+pub fn EvalPanel() -> impl IntoView {
+    let engine = expect_context::<Engine>();
+    let split = RwSignal::new(String::new());
+    let scope_kind = RwSignal::new("all".to_string());
+    let n = RwSignal::new(100usize);
+    let seed = RwSignal::new(0u64);
+    let shard = RwSignal::new("1/4".to_string());
+    let mode = RwSignal::new(Mode::Fast);
+    let policy = RwSignal::new(Policy::Scale);
+    let all_images = RwSignal::new(false);
+    Effect::new(move |_| {
+        if let Some(d) = engine.dataset.get()
+            && let Some(first) = d.splits.keys().next()
+            && !d.splits.contains_key(&split.get_untracked())
+        {
+            split.set(first.clone());
+        }
+    });
+    let start = move |_| {
+        let scope = match scope_kind.get_untracked().as_str() {
+            "first" => Scope::First(n.get_untracked()),
+            "stratified" => Scope::Stratified { per_task: n.get_untracked(), seed: seed.get_untracked() },
+            "shard" => match Scope::parse_shard(&shard.get_untracked()) {
+                Ok(s) => s,
+                Err(e) => {
+                    engine.error(format!("Evaluate: {e}"));
+                    return;
+                }
+            },
+            _ => Scope::All,
+        };
+        engine.send(&Request::EvalStart {
+            split: split.get_untracked(),
+            scope,
+            settings: Settings { mode: mode.get_untracked(), policy: policy.get_untracked(), all_images: all_images.get_untracked(), ..Settings::default() },
+        });
+    };
+    let running = move || engine.eval.get().is_some_and(|p| p.state == "running" || p.state == "paused");
+    let ready = move || engine.model.get().is_some() && engine.dataset.get().is_some();
+    view! {
+        <section class="card" data-testid="eval-panel" aria-labelledby="eval-title">
+            <h2 id="eval-title">"Evaluate"</h2>
+            {move || (!ready()).then(|| view! { <p class="hint">"Load a model and open a dataset to evaluate."</p> })}
+            <div class="row">
+                <label>"Split " <select prop:value=move || split.get() on:change=move |ev| split.set(event_target_value(&ev))>
+                    {move || engine.dataset.get().map(|d| d.splits.keys().map(|k| view! { <option value=k.clone()>{k.clone()}</option> }).collect_view())}
+                </select></label>
+                <label>"Scope " <select data-testid="eval-scope" on:change=move |ev| scope_kind.set(event_target_value(&ev))>
+                    <option value="all">"all questions"</option>
+                    <option value="first">"first N"</option>
+                    <option value="stratified">"N per task (seeded)"</option>
+                    <option value="shard">"shard k/n"</option>
+                </select></label>
+                {move || matches!(scope_kind.get().as_str(), "first" | "stratified").then(|| view! {
+                    <label>"N " <input type="number" min="1" class="narrow" data-testid="eval-n" prop:value=move || n.get() on:input=move |ev| n.set(event_target_value(&ev).parse().unwrap_or(1)) /></label>
+                })}
+                {move || (scope_kind.get() == "stratified").then(|| view! {
+                    <label>"seed " <input type="number" class="narrow" prop:value=move || seed.get() on:input=move |ev| seed.set(event_target_value(&ev).parse().unwrap_or(0)) /></label>
+                })}
+                {move || (scope_kind.get() == "shard").then(|| view! {
+                    <label>"shard " <input class="narrow" prop:value=move || shard.get() on:input=move |ev| shard.set(event_target_value(&ev)) /></label>
+                })}
+            </div>
+            <div class="row">
+                <label>"Mode " <select data-testid="eval-mode" on:change=move |ev| mode.set(if event_target_value(&ev) == "official" { Mode::Official } else { Mode::Fast })>
+                    <option value="fast">"fast (option-letter logits)"</option>
+                    <option value="official">"official (greedy ≤256 tokens + official extraction)"</option>
+                </select></label>
+                <label>"16-bit policy " <select on:change=move |ev| policy.set(Policy::parse(&event_target_value(&ev)).unwrap_or_default())>
+                    <option value="scale">"scale"</option><option value="minmax">"min–max"</option><option value="pillow-clamp">"pillow-clamp"</option>
+                </select></label>
+                <label><input type="checkbox" prop:checked=move || all_images.get() on:change=move |ev| all_images.set(event_target_checked(&ev)) />" all views (official: first image)"</label>
+                <button data-testid="eval-start" disabled=move || !ready() || running() on:click=start>"Start"</button>
+            </div>
+            {move || engine.eval.get().map(|p| {
+                let frac = if p.total > 0 { p.done as f64 / p.total as f64 } else { 0.0 };
+                let state = p.state.clone();
+                view! {
+                    <div class="progress" role="status" data-testid="eval-progress">
+                        <progress max="1" value=frac></progress>
+                        <p data-testid="eval-count">{format!("{} / {} answered — {:.2} questions/s — ETA {} — {}", p.done, p.total, p.rate, duration(p.eta_s), p.state)}</p>
+                        <table class="grid"><thead><tr><th>"task"</th><th>"running accuracy"</th><th>"n"</th></tr></thead><tbody>
+                            {p.per_task.iter().map(|(t, (c, k))| view! { <tr><td>{t.clone()}</td><td>{format!("{:.1}%", if *k > 0 { 100.0 * *c as f64 / *k as f64 } else { 0.0 })}</td><td>{*k}</td></tr> }).collect_view()}
+                        </tbody></table>
+                        <div class="row">
+                            {(state == "running").then(|| view! { <button class="secondary" data-testid="eval-pause" on:click=move |_| engine.send(&Request::EvalPause)>"Pause"</button> })}
+                            {(state == "paused").then(|| view! { <button data-testid="eval-continue" on:click=move |_| engine.send(&Request::EvalContinue)>"Resume"</button> })}
+                            {(state == "running" || state == "paused").then(|| view! { <button class="secondary" data-testid="eval-cancel" on:click=move |_| engine.send(&Request::EvalCancel)>"Cancel"</button> })}
+                        </div>
+                    </div>
+                }
+            })}
+            <h3>"Runs kept in this browser"</h3>
+            {move || {
+                let runs = engine.cache.get().1;
+                if runs.is_empty() {
+                    return view! { <p class="hint">"No runs yet. Every answered question is saved as it completes, so a reload or crash loses nothing."</p> }.into_any();
+                }
+                view! {
+                    <table class="grid" data-testid="runs">
+                        <thead><tr><th>"run"</th><th>"split"</th><th>"mode"</th><th>"answered"</th><th></th></tr></thead>
+                        <tbody>{runs.into_iter().map(|r| {
+                            let (a, b, c, d, e, f) = (r.run_id.clone(), r.run_id.clone(), r.run_id.clone(), r.run_id.clone(), r.run_id.clone(), r.run_id.clone());
+                            view! {
+                                <tr data-testid="run-row">
+                                    <td class="mono">{r.run_id.clone()}</td>
+                                    <td>{r.split.clone()}</td>
+                                    <td>{format!("{:?}, {}", r.settings.mode, r.settings.policy.name()).to_lowercase()}</td>
+                                    <td>{format!("{} / {}{}", r.answered, r.total, if r.finished { " ✓" } else { "" })}</td>
+                                    <td class="actions">
+                                        {(!r.finished).then(|| view! { <button data-testid="run-resume" disabled=move || !ready() || running() on:click=move |_| engine.send(&Request::EvalResume { run_id: a.clone() })>"Resume"</button> })}
+                                        <button class="secondary" data-testid="run-report" on:click=move |_| engine.send(&Request::RunReport { run_id: b.clone() })>"Report"</button>
+                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: c.clone(), format: "leaderboard".into() })>"Predictions JSON"</button>
+                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: d.clone(), format: "csv".into() })>"CSV"</button>
+                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: e.clone(), format: "markdown".into() })>"Markdown"</button>
+                                        <button class="secondary" on:click=move |_| engine.send(&Request::DeleteRun { run_id: f.clone() })>"Delete"</button>
+                                    </td>
+                                </tr>
+                            }
+                        }).collect_view()}</tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+}

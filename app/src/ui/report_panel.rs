@@ -1,0 +1,101 @@
+//! Report panel: the paper's tables (overall, per task, per category with 95% intervals and
+//! failed extractions) beside the published MedGemma figures, a bar chart per task, and the
+//! merge of shard files from several machines.
+
+use leptos::prelude::*;
+use rexvqa_engine::eval::REFERENCE_FIGURES;
+use rexvqa_engine::score::Cell;
+use web_sys::{File, HtmlInputElement};
+
+use super::engine::Engine;
+use crate::protocol::Request;
+
+fn pct(x: f64) -> String {
+    format!("{:.2}", 100.0 * x)
+}
+
+fn ci(c: &Cell) -> String {
+    format!("{}–{}", pct(c.ci_low), pct(c.ci_high))
+}
+
+/// The report panel.
+#[component]
+pub fn ReportPanel() -> impl IntoView {
+    let engine = expect_context::<Engine>();
+    let refs: serde_json::Value = serde_json::from_str(REFERENCE_FIGURES).unwrap_or_default();
+    let refs = StoredValue::new(refs);
+    let merge_split = RwSignal::new(String::new());
+    let on_merge = move |ev: leptos::ev::Event| {
+        let Some(list) = event_target::<HtmlInputElement>(&ev).files() else { return };
+        let files: Vec<File> = (0..list.length()).filter_map(|i| list.get(i)).collect();
+        let names = files.iter().map(|f| f.name()).collect();
+        let split = merge_split.get_untracked();
+        let split = if split.is_empty() {
+            engine.dataset.get_untracked().and_then(|d| d.splits.keys().next().cloned()).unwrap_or_default()
+        } else {
+            split
+        };
+        engine.send_with(&Request::MergeShards { split, names }, &files);
+    };
+    view! {
+        <section class="card" data-testid="report-panel" aria-labelledby="report-title">
+            <h2 id="report-title">"Report"</h2>
+            {move || engine.report.get().is_none().then(|| view! { <p class="hint">"Finish or open a run (Evaluate → Report), or merge shard files below."</p> })}
+            {move || engine.report.get().map(|(run_id, r, missing)| {
+                let o = r.official.overall;
+                let rb = r.robust.overall;
+                let refs = refs.get_value();
+                let fig = |k: &str, t: &str| refs[k]["tasks"][t].as_f64().map(pct).unwrap_or_default();
+                view! {
+                    <div data-testid="report">
+                        <p class="hint">{format!("{run_id}: {} of {} questions answered{}", r.answered, r.in_scope, if missing > 0 { format!(", {missing} not in any shard") } else { String::new() })}</p>
+                        <table class="grid">
+                            <thead><tr><th></th><th>"accuracy %"</th><th>"95% CI"</th><th>"n"</th><th>"failed extractions"</th></tr></thead>
+                            <tbody>
+                                <tr><td>"this run (official extraction)"</td><td data-testid="report-accuracy">{pct(o.accuracy)}</td><td>{ci(&o)}</td><td data-testid="report-n">{o.n}</td><td data-testid="report-failed">{r.official.failed_extractions}</td></tr>
+                                <tr><td>"this run (robust extraction)"</td><td>{pct(rb.accuracy)}</td><td>{ci(&rb)}</td><td>{rb.n}</td><td>{r.robust.failed_extractions}</td></tr>
+                                <tr><td>{refs["paper"]["label"].as_str().unwrap_or("paper").to_string()}</td><td>{refs["paper"]["overall"].as_f64().map(pct).unwrap_or_default()}</td><td></td><td></td><td></td></tr>
+                                <tr><td>{refs["leaderboard"]["label"].as_str().unwrap_or("leaderboard").to_string()}</td><td>{refs["leaderboard"]["overall"].as_f64().map(pct).unwrap_or_default()}</td><td></td><td></td><td></td></tr>
+                            </tbody>
+                        </table>
+                        <h3>"Per task"</h3>
+                        <table class="grid" data-testid="report-tasks">
+                            <thead><tr><th>"task"</th><th>"accuracy %"</th><th>"95% CI"</th><th>"n"</th><th>"paper %"</th><th>"leaderboard %"</th></tr></thead>
+                            <tbody>{r.official.per_task.iter().map(|(t, c)| view! {
+                                <tr><td>{t.clone()}</td><td>{pct(c.accuracy)}</td><td>{ci(c)}</td><td>{c.n}</td><td>{fig("paper", t)}</td><td>{fig("leaderboard", t)}</td></tr>
+                            }).collect_view()}</tbody>
+                        </table>
+                        <svg class="chart" viewBox=format!("0 0 420 {}", 24 * r.official.per_task.len() + 10) role="img" aria-label="accuracy per task">
+                            {r.official.per_task.iter().enumerate().map(|(i, (t, c))| {
+                                let y = 24 * i + 5;
+                                let paper = refs["paper"]["tasks"][t].as_f64();
+                                view! {
+                                    <text x="0" y=y + 14 font-size="11">{t.chars().take(24).collect::<String>()}</text>
+                                    <rect x="160" y=y width=format!("{:.1}", 220.0 * c.accuracy) height="16" class="bar-fill"></rect>
+                                    {paper.map(|p| view! { <line x1=format!("{:.1}", 160.0 + 220.0 * p) x2=format!("{:.1}", 160.0 + 220.0 * p) y1=y y2=y + 16 class="ref-line"></line> })}
+                                    <text x="385" y=y + 14 font-size="11">{format!("{:.0}%", 100.0 * c.accuracy)}</text>
+                                }
+                            }).collect_view()}
+                        </svg>
+                        <p class="hint">"Bars: this run. Ticks: the paper's MedGemma figure (private test)."</p>
+                        <h3>"Per category"</h3>
+                        <table class="grid">
+                            <thead><tr><th>"category"</th><th>"accuracy %"</th><th>"95% CI"</th><th>"n"</th></tr></thead>
+                            <tbody>{r.official.per_category.iter().map(|(t, c)| view! {
+                                <tr><td>{if t.is_empty() { "(none)".to_string() } else { t.clone() }}</td><td>{pct(c.accuracy)}</td><td>{ci(c)}</td><td>{c.n}</td></tr>
+                            }).collect_view()}</tbody>
+                        </table>
+                    </div>
+                }
+            })}
+            <h3>"Merge shards"</h3>
+            <p class="hint">"Prediction files (leaderboard JSON) of shards run on several machines; overlapping questions are refused, gaps are reported."</p>
+            <div class="row">
+                <label>"Split " <select on:change=move |ev| merge_split.set(event_target_value(&ev))>
+                    {move || engine.dataset.get().map(|d| d.splits.keys().map(|k| view! { <option value=k.clone()>{k.clone()}</option> }).collect_view())}
+                </select></label>
+                <input type="file" multiple accept=".json" data-testid="merge-input" on:change=on_merge />
+            </div>
+        </section>
+    }
+}

@@ -1,0 +1,114 @@
+//! One radiograph on a canvas with window/level on the original 16-bit values, zoom (wheel or
+//! +/-), pan (drag or arrow keys) and reset (double-click or 0).
+
+use leptos::prelude::*;
+use wasm_bindgen::{Clamped, JsCast};
+use web_sys::{CanvasRenderingContext2d, ImageData, KeyboardEvent, PointerEvent, WheelEvent};
+
+use super::engine::{Engine, Pixels};
+
+fn draw(canvas: &web_sys::HtmlCanvasElement, px: &Pixels, window: f64, level: f64) {
+    let (w, h) = (px.width, px.height);
+    canvas.set_width(w);
+    canvas.set_height(h);
+    let Ok(Some(ctx)) = canvas.get_context("2d") else { return };
+    let Ok(ctx) = ctx.dyn_into::<CanvasRenderingContext2d>() else { return };
+    let lo = level - window / 2.0;
+    let scale = 255.0 / window.max(1.0);
+    let ch = px.channels as usize;
+    let mut rgba = vec![255u8; (w * h * 4) as usize];
+    for p in 0..(w * h) as usize {
+        for c in 0..3 {
+            let v = px.data[p * ch + if ch == 1 { 0 } else { c }] as f64;
+            rgba[p * 4 + c] = ((v - lo) * scale).clamp(0.0, 255.0) as u8;
+        }
+    }
+    if let Ok(img) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&rgba), w, h) {
+        let _ = ctx.put_image_data(&img, 0.0, 0.0);
+    }
+}
+
+/// The viewer of one image path (pixels come from the worker on request).
+#[component]
+pub fn XrayView(path: String, view_name: String) -> impl IntoView {
+    let engine = expect_context::<Engine>();
+    let canvas = NodeRef::<leptos::html::Canvas>::new();
+    let window = RwSignal::new(0.0f64);
+    let level = RwSignal::new(0.0f64);
+    let range = RwSignal::new((0.0f64, 65535.0f64));
+    let zoom = RwSignal::new(1.0f64);
+    let pan = RwSignal::new((0.0f64, 0.0f64));
+    let drag = RwSignal::new(None::<(f64, f64)>);
+    let key = path.clone();
+    let pixels = Memo::new(move |_| engine.images.with(|m| m.get(&key).map(|p| (p.width, p.height, p.bits))));
+    let p2 = path.clone();
+    // Default window: the image's own min..max.
+    Effect::new(move |_| {
+        if pixels.get().is_some() {
+            engine.images.with_untracked(|m| {
+                if let Some(p) = m.get(&p2) {
+                    let (mn, mx) = p.data.iter().fold((u16::MAX, 0u16), |(a, b), &v| (a.min(v), b.max(v)));
+                    let full = if p.bits == 16 { 65535.0 } else { 255.0 };
+                    range.set((0.0, full));
+                    window.set((mx as f64 - mn as f64).max(1.0));
+                    level.set((mx as f64 + mn as f64) / 2.0);
+                }
+            });
+        }
+    });
+    let p3 = path.clone();
+    Effect::new(move |_| {
+        let (w, l) = (window.get(), level.get());
+        if let (Some(c), Some(_)) = (canvas.get(), pixels.get()) {
+            engine.images.with_untracked(|m| {
+                if let Some(p) = m.get(&p3) {
+                    draw(&c, p, w, l);
+                }
+            });
+        }
+    });
+    let reset = move || {
+        zoom.set(1.0);
+        pan.set((0.0, 0.0));
+    };
+    let on_key = move |ev: KeyboardEvent| {
+        let step = 40.0 / zoom.get_untracked();
+        match ev.key().as_str() {
+            "+" | "=" => zoom.update(|z| *z = (*z * 1.25).min(20.0)),
+            "-" => zoom.update(|z| *z = (*z / 1.25).max(1.0)),
+            "0" => reset(),
+            "ArrowLeft" => pan.update(|p| p.0 += step),
+            "ArrowRight" => pan.update(|p| p.0 -= step),
+            "ArrowUp" => pan.update(|p| p.1 += step),
+            "ArrowDown" => pan.update(|p| p.1 -= step),
+            _ => return,
+        }
+        ev.prevent_default();
+    };
+    view! {
+        <figure class="xray" data-testid="xray">
+            <div class="viewport" tabindex="0" aria-label=format!("{view_name} image; + and - zoom, arrows pan, 0 resets") on:keydown=on_key
+                on:wheel=move |ev: WheelEvent| { ev.prevent_default(); let f = if ev.delta_y() < 0.0 { 1.15 } else { 1.0 / 1.15 }; zoom.update(|z| *z = (*z * f).clamp(1.0, 20.0)); }
+                on:pointerdown=move |ev: PointerEvent| drag.set(Some((ev.client_x() as f64, ev.client_y() as f64)))
+                on:pointermove=move |ev: PointerEvent| if let Some((x, y)) = drag.get_untracked() {
+                    let (nx, ny) = (ev.client_x() as f64, ev.client_y() as f64);
+                    let z = zoom.get_untracked();
+                    pan.update(|p| { p.0 += (nx - x) / z; p.1 += (ny - y) / z; });
+                    drag.set(Some((nx, ny)));
+                }
+                on:pointerup=move |_| drag.set(None)
+                on:pointerleave=move |_| drag.set(None)
+                on:dblclick=move |_| reset()>
+                <canvas node_ref=canvas style=move || { let (x, y) = pan.get(); format!("transform: scale({}) translate({x}px, {y}px)", zoom.get()) }></canvas>
+                {move || pixels.get().is_none().then(|| view! { <p class="hint">"Decoding…"</p> })}
+            </div>
+            <figcaption>
+                {view_name.clone()} " "
+                {move || pixels.get().map(|(w, h, b)| format!("{w}×{h}, {b}-bit"))}
+                <label>" Window " <input type="range" min="1" max=move || range.get().1 step="1" prop:value=move || window.get() on:input=move |ev| window.set(event_target_value(&ev).parse().unwrap_or(1.0)) /></label>
+                <label>" Level " <input type="range" min="0" max=move || range.get().1 step="1" prop:value=move || level.get() on:input=move |ev| level.set(event_target_value(&ev).parse().unwrap_or(0.0)) /></label>
+                <button class="secondary" on:click=move |_| reset()>"Reset view"</button>
+            </figcaption>
+        </figure>
+    }
+}

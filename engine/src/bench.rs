@@ -1,0 +1,165 @@
+//! The benchmark harness shared by `rexvqa bench` and the app: image encoding, prefill at chosen
+//! lengths, decoding, and fast/official questions on a synthetic study, each timed after a
+//! device sync so the figures are completed GPU work, not queued work.
+
+use serde::{Deserialize, Serialize};
+
+use crate::eval::Clock;
+use crate::model::ModelError;
+use crate::model::nn::read_f32;
+use crate::rexvqa::synth::synthetic_xray;
+use crate::rexvqa::{Letter, prompt};
+use crate::rng::SplitMix64;
+use crate::session::{Model, Session};
+
+/// Measured figures (times in milliseconds, rates per second).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// The first image encoding (includes shader compilation on GPUs).
+    pub image_encode_first_ms: f64,
+    /// Mean of the following encodings.
+    pub image_encode_ms: f64,
+    /// Prefill throughput by prompt length: (tokens, tokens per second).
+    pub prefill: Vec<(usize, f64)>,
+    /// Decoding throughput (tokens per second, one token per step with the KV cache).
+    pub decode_tokens_per_s: f64,
+    /// Fast-mode questions per second on a 4-question study, image encoded once.
+    pub fast_questions_per_s: f64,
+    /// Fast-mode questions per second when every question recomputes everything (no study cache).
+    pub fast_questions_per_s_cold: f64,
+    /// Official-mode questions per second (greedy decoding, up to `official_max_tokens`).
+    pub official_questions_per_s: f64,
+    /// Tokens generated per official question.
+    pub official_tokens: f64,
+    /// The generation cap used for official questions.
+    pub official_max_tokens: usize,
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Prompt lengths for prefill.
+    pub prefill_lengths: Vec<usize>,
+    /// Tokens to decode.
+    pub decode_tokens: usize,
+    /// Questions per study for the fast-mode figure.
+    pub questions: usize,
+    /// Generation cap for official questions (256 in the protocol; smaller for quick runs).
+    pub official_max_tokens: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            prefill_lengths: vec![300, 1000],
+            decode_tokens: 32,
+            questions: 4,
+            official_max_tokens: 256,
+        }
+    }
+}
+
+async fn sync(model: &Model) -> Result<(), ModelError> {
+    model
+        .device()
+        .sync()
+        .map_err(|e| ModelError::Readback(format!("{e:?}")))
+}
+
+fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
+    let opts = [
+        "A. Yes, there is a small effusion",
+        "B. No, the pleura is normal",
+        "C. There is a pneumothorax",
+        "D. Cannot be determined",
+    ]
+    .map(String::from);
+    let text = prompt::user_text(&format!("Question {q}: is there a pleural effusion on this radiograph?"), &opts, None);
+    model.tokenize_rendered(&prompt::chat(Some(prompt::SYSTEM), &text, 1), 1)
+}
+
+/// Runs the harness (needs a vision tower).
+pub async fn run(model: &Model, opts: &BenchOptions, clock: &impl Clock) -> Result<BenchReport, ModelError> {
+    let mut r = BenchReport {
+        official_max_tokens: opts.official_max_tokens,
+        ..Default::default()
+    };
+    let vision = model
+        .vision
+        .as_ref()
+        .ok_or_else(|| ModelError::Prompt("the benchmark needs the mmproj file".into()))?;
+    let size = vision.cfg.image_size as u32;
+    let mut rng = SplitMix64::new(7);
+    let img = crate::image::Image8 {
+        width: 640,
+        height: 560,
+        channels: 1,
+        data: synthetic_xray(640, 560, &mut rng).iter().map(|v| (v >> 8) as u8).collect(),
+    };
+    let pixels = crate::image::preprocess_with(&img, size, vision.cfg.mean, vision.cfg.std);
+
+    let t = clock.now_ms();
+    let feats = model.encode_image(&pixels)?;
+    sync(model).await?;
+    r.image_encode_first_ms = clock.now_ms() - t;
+    let t = clock.now_ms();
+    for _ in 0..2 {
+        model.encode_image(&pixels)?;
+    }
+    sync(model).await?;
+    r.image_encode_ms = (clock.now_ms() - t) / 2.0;
+
+    let filler = model.tokenizer.encode(" The heart size is normal and the lungs are clear.", false, false);
+    for &n in &opts.prefill_lengths {
+        let ids: Vec<u32> = std::iter::once(model.tokenizer.bos()).chain(filler.iter().copied().cycle()).take(n).collect();
+        // Warm-up at this length compiles any shader specialised on it.
+        model.prefill(&ids[..n.min(16)], &[], &mut model.decoder.new_cache())?;
+        sync(model).await?;
+        let t = clock.now_ms();
+        let mut cache = model.decoder.new_cache();
+        model.prefill(&ids, &[], &mut cache)?;
+        sync(model).await?;
+        r.prefill.push((n, n as f64 / ((clock.now_ms() - t) / 1000.0)));
+    }
+
+    let ids = question_ids(model, 0)?;
+    let mut cache = model.decoder.new_cache();
+    let hidden = model.decoder.cfg.hidden;
+    let t_all = ids.len();
+    let mut h = model
+        .prefill(&ids, std::slice::from_ref(&feats), &mut cache)?
+        .slice([t_all - 1..t_all, 0..hidden]);
+    let t = clock.now_ms();
+    for _ in 0..opts.decode_tokens {
+        let logits = read_f32(model.decoder.logits(h)).await?;
+        let next = crate::session::argmax(&logits) as u32;
+        h = model.prefill(&[next], &[], &mut cache)?.slice([0..1, 0..hidden]);
+    }
+    sync(model).await?;
+    r.decode_tokens_per_s = opts.decode_tokens as f64 / ((clock.now_ms() - t) / 1000.0);
+
+    // A study of `questions` questions: encode once, reuse the shared prompt prefix.
+    let t = clock.now_ms();
+    let mut session = Session::new(model);
+    let f = session.add_image("bench", &pixels)?;
+    for q in 0..opts.questions {
+        session.score_options(&question_ids(model, q)?, std::slice::from_ref(&f), &Letter::ALL).await?;
+    }
+    r.fast_questions_per_s = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
+
+    let t = clock.now_ms();
+    for q in 0..opts.questions {
+        let mut cold = Session::new(model);
+        let f = cold.add_image("bench", &pixels)?;
+        cold.score_options(&question_ids(model, q)?, &[f], &Letter::ALL).await?;
+    }
+    r.fast_questions_per_s_cold = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
+
+    let t = clock.now_ms();
+    let out = session
+        .generate(&question_ids(model, 0)?, &[f], opts.official_max_tokens, &mut |_, _| {})
+        .await?;
+    r.official_questions_per_s = 1000.0 / (clock.now_ms() - t);
+    r.official_tokens = out.len() as f64;
+    Ok(r)
+}

@@ -1,0 +1,155 @@
+// End-to-end: load the tiny model from files, open a synthetic split folder, answer a question
+// and compare with the native CLI, evaluate the split and compare the report with `rexvqa eval`,
+// reload mid-evaluation and resume to the same numbers; no request leaves 127.0.0.1.
+//
+// Needs the fixtures scripts/test.sh prepares (REXVQA_E2E: a folder with the tiny GGUF pair, a
+// synthetic split under rexvqa/, and the CLI's eval outputs under cli/) and REXVQA_BIN.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { serve } from './server.mjs';
+import { launch, openPage, SHOTS } from './browser.mjs';
+
+const FIX = process.env.REXVQA_E2E;
+const BIN = process.env.REXVQA_BIN;
+const DIST = process.env.REXVQA_DIST ?? 'dist';
+const SLOW = 240_000;
+
+let server;
+let context;
+
+before(async () => {
+  assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
+  server = await serve(DIST);
+  context = await launch();
+});
+after(async () => {
+  await context?.close();
+  await server?.close();
+});
+
+const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+const t0 = Date.now();
+const mark = (what) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${what}`);
+
+async function tab(page, id) {
+  await page.getByTestId(`tab-${id}`).click();
+}
+
+async function loadModelFromFiles(page) {
+  await tab(page, 'model');
+  await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
+  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
+  await page.getByTestId('model-import').click();
+  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
+}
+
+async function loadStoredModel(page) {
+  await tab(page, 'model');
+  await page.getByTestId('stored-models').waitFor({ timeout: 30_000 });
+  await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
+  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
+  await page.getByTestId('load-stored').click();
+  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
+}
+
+async function openDataset(page) {
+  await tab(page, 'data');
+  await page.getByTestId('dataset-folder-input').setInputFiles(join(FIX, 'rexvqa'));
+  await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
+}
+
+async function waitFinished(page) {
+  // The report tab opens as soon as a run finishes, so the progress line may be hidden by then.
+  await page.getByTestId('eval-count').filter({ hasText: 'finished' }).waitFor({ state: 'attached', timeout: SLOW * 2 });
+}
+
+async function reportNumbers(page) {
+  await page.getByTestId('report').waitFor({ timeout: 30_000 });
+  return {
+    accuracy: Number(await page.getByTestId('report-accuracy').textContent()),
+    n: Number(await page.getByTestId('report-n').textContent()),
+    failed: Number(await page.getByTestId('report-failed').textContent()),
+  };
+}
+
+function cliReport() {
+  const r = JSON.parse(readFileSync(join(FIX, 'cli', 'pred.json.report.json'), 'utf8'));
+  return { accuracy: Number((100 * r.official.overall.accuracy).toFixed(2)), n: r.official.overall.n, failed: r.official.failed_extractions };
+}
+
+test('model, dataset, answer, evaluate, reload and resume — all in the browser', { timeout: 1_800_000 }, async () => {
+  const { page, problems, offHost } = await openPage(context, server.url);
+  await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
+
+  await loadModelFromFiles(page);
+  mark('model loaded from files');
+  const params = await page.getByTestId('model-params').textContent();
+  assert.match(params, /M$/);
+  await shot(page, 'model-panel');
+
+  await openDataset(page);
+  mark('dataset opened');
+  const counts = await page.getByTestId('split-test-counts').textContent();
+  assert.match(counts, /^4 questions, 2 studies/);
+  assert.match(await page.getByTestId('split-test-missing').textContent(), /^0 referenced images missing/);
+  await shot(page, 'dataset-panel');
+
+  // One question: the browser's letter and probabilities equal the native CLI's.
+  await tab(page, 'study');
+  const row = page.getByTestId('question-row').first();
+  const qid = (await row.locator('td').first().textContent()).trim();
+  await row.click();
+  await page.getByTestId('question-detail').waitFor();
+  await page.getByTestId('xray').first().locator('canvas').waitFor();
+  await page.getByTestId('ask-fast').click();
+  await page.getByTestId('ask-answer').waitFor({ timeout: SLOW });
+  mark('question answered');
+  const letter = (await page.getByTestId('ask-letter').textContent()).trim();
+  const probs = {};
+  for (const l of ['A', 'B', 'C', 'D']) probs[l] = Number((await page.getByTestId(`prob-${l}`).locator('.bar-value').textContent()).replace('%', '')) / 100;
+  const cli = JSON.parse(execFileSync(BIN, ['answer', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj.gguf'),
+    '--split', join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json'), '--id', qid], { encoding: 'utf8' }));
+  console.log(`question ${qid}: browser ${letter} ${JSON.stringify(probs)}; CLI ${cli.prediction} ${JSON.stringify(cli.probabilities)}`);
+  assert.equal(letter, cli.prediction);
+  ['A', 'B', 'C', 'D'].forEach((l, i) => assert.ok(Math.abs(probs[l] - cli.probabilities[i]) <= 0.0006, `P(${l})`));
+  await page.getByTestId('reveal').click();
+  await page.getByTestId('truth').waitFor();
+  await shot(page, 'study-panel');
+
+  // The whole split in fast mode: the report equals `rexvqa eval`'s.
+  await tab(page, 'eval');
+  await page.getByTestId('eval-start').click();
+  await waitFinished(page);
+  mark('split evaluated');
+  await shot(page, 'eval-panel');
+  const first = await reportNumbers(page);
+  await shot(page, 'report-panel');
+  console.log(`browser report ${JSON.stringify(first)}; CLI ${JSON.stringify(cliReport())}`);
+  assert.deepEqual(first, cliReport());
+
+  // Reload in the middle of a second run, then resume it to the same numbers.
+  await tab(page, 'eval');
+  await page.getByTestId('eval-start').click();
+  await page.getByTestId('eval-count').filter({ hasText: /^1 \/ 4/ }).waitFor({ timeout: SLOW });
+  mark('reloading mid-run');
+  await page.reload();
+  await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
+  await loadStoredModel(page);
+  await openDataset(page);
+  await tab(page, 'eval');
+  const resume = page.getByTestId('run-resume').first();
+  await resume.waitFor({ timeout: 30_000 });
+  await resume.click();
+  await waitFinished(page);
+  mark('resumed run finished');
+  const resumed = await reportNumbers(page);
+  assert.deepEqual(resumed, cliReport());
+
+  await tab(page, 'about');
+  await shot(page, 'about-panel');
+  assert.deepEqual(problems, [], 'console errors');
+  assert.deepEqual(offHost, [], 'requests that left 127.0.0.1');
+});
