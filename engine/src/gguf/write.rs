@@ -148,8 +148,9 @@ impl Writer {
                 ty: t.ty,
             })
             .collect();
+        let sizes: Vec<u64> = self.tensors.iter().map(|t| t.bytes.len() as u64).collect();
         let mut out = Vec::new();
-        write_streaming(&self.metadata, &specs, &mut out, |i, buf| {
+        write_sized(&self.metadata, &specs, &sizes, &mut out, |i, buf| {
             buf.clear();
             buf.extend_from_slice(&self.tensors[i].bytes);
             Ok(())
@@ -171,10 +172,17 @@ pub struct TensorSpec {
 }
 
 impl TensorSpec {
-    fn size(&self) -> u64 {
-        self.ty
-            .bytes_for(self.dims.iter().product())
-            .expect("tensor dims are whole blocks")
+    fn size(&self) -> std::io::Result<u64> {
+        self.dims
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .and_then(|n| self.ty.bytes_for(n))
+            .ok_or_else(|| {
+                std::io::Error::other(format!(
+                    "tensor {}: dims {:?} are not whole {:?} blocks",
+                    self.name, self.dims, self.ty
+                ))
+            })
     }
 }
 
@@ -183,6 +191,22 @@ impl TensorSpec {
 pub fn write_streaming(
     metadata: &[(String, Value)],
     tensors: &[TensorSpec],
+    out: &mut impl std::io::Write,
+    produce: impl FnMut(usize, &mut Vec<u8>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let sizes = tensors
+        .iter()
+        .map(TensorSpec::size)
+        .collect::<std::io::Result<Vec<u64>>>()?;
+    write_sized(metadata, tensors, &sizes, out, produce)
+}
+
+/// Writes with explicit per-tensor byte sizes, which need not match the dims: tests use this
+/// to build deliberately malformed files.
+fn write_sized(
+    metadata: &[(String, Value)],
+    tensors: &[TensorSpec],
+    sizes: &[u64],
     out: &mut impl std::io::Write,
     mut produce: impl FnMut(usize, &mut Vec<u8>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
@@ -202,7 +226,7 @@ pub fn write_streaming(
         put_value(&mut head, v);
     }
     let mut offset = 0u64;
-    for t in tensors {
+    for (t, &size) in tensors.iter().zip(sizes) {
         put_str(&mut head, &t.name);
         head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
         for d in &t.dims {
@@ -210,7 +234,7 @@ pub fn write_streaming(
         }
         head.extend_from_slice(&t.ty.id().to_le_bytes());
         head.extend_from_slice(&offset.to_le_bytes());
-        offset = (offset + t.size()).div_ceil(alignment) * alignment;
+        offset = (offset + size).div_ceil(alignment) * alignment;
     }
     let data_start = (head.len() as u64).div_ceil(alignment) * alignment;
     head.resize(data_start as usize, 0);
@@ -219,12 +243,12 @@ pub fn write_streaming(
     let mut written = 0u64;
     for (i, t) in tensors.iter().enumerate() {
         produce(i, &mut buf)?;
-        if buf.len() as u64 != t.size() {
+        if buf.len() as u64 != sizes[i] {
             return Err(std::io::Error::other(format!(
                 "tensor {}: {} bytes produced, {} expected",
                 t.name,
                 buf.len(),
-                t.size()
+                sizes[i]
             )));
         }
         out.write_all(&buf)?;
