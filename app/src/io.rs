@@ -101,12 +101,22 @@ fn create_opts(create: bool) -> JsValue {
 impl Dir {
     /// A subdirectory, created when asked.
     pub async fn dir(&self, name: &str, create: bool) -> Result<Dir, String> {
-        Ok(Dir(call_async(&self.0, "getDirectoryHandle", &[name.into(), create_opts(create)]).await?))
+        Ok(Dir(call_async(
+            &self.0,
+            "getDirectoryHandle",
+            &[name.into(), create_opts(create)],
+        )
+        .await?))
     }
 
     /// A file handle, created when asked.
     pub async fn file(&self, name: &str, create: bool) -> Result<JsValue, String> {
-        call_async(&self.0, "getFileHandle", &[name.into(), create_opts(create)]).await
+        call_async(
+            &self.0,
+            "getFileHandle",
+            &[name.into(), create_opts(create)],
+        )
+        .await
     }
 
     /// Whether `name` exists here as a file.
@@ -126,12 +136,16 @@ impl Dir {
     /// Opens a file for synchronous reads and writes (worker only).
     pub async fn open_sync(&self, name: &str, create: bool) -> Result<SyncFile, String> {
         let h = self.file(name, create).await?;
-        Ok(SyncFile(call_async(&h, "createSyncAccessHandle", &[]).await?))
+        Ok(SyncFile(
+            call_async(&h, "createSyncAccessHandle", &[]).await?,
+        ))
     }
 
     /// Removes an entry.
     pub async fn remove(&self, name: &str) -> Result<(), String> {
-        call_async(&self.0, "removeEntry", &[name.into()]).await.map(|_| ())
+        call_async(&self.0, "removeEntry", &[name.into()])
+            .await
+            .map(|_| ())
     }
 
     /// Names of the entries.
@@ -189,7 +203,10 @@ impl SyncFile {
             .as_f64()
             .unwrap_or(0.0) as usize;
         if n != bytes.len() {
-            return Err(format!("storage is full: wrote {n} of {} bytes", bytes.len()));
+            return Err(format!(
+                "storage is full: wrote {n} of {} bytes",
+                bytes.len()
+            ));
         }
         Ok(())
     }
@@ -233,7 +250,11 @@ pub fn now_ms() -> f64 {
 /// Resolves after `ms` milliseconds (lets the worker's event loop run).
 pub async fn sleep(ms: i32) {
     let p = Promise::new(&mut |resolve, _| {
-        let _ = call(&js_sys::global(), "setTimeout", &[resolve.into(), JsValue::from(ms)]);
+        let _ = call(
+            &js_sys::global(),
+            "setTimeout",
+            &[resolve.into(), JsValue::from(ms)],
+        );
     });
     let _ = JsFuture::from(p).await;
 }

@@ -35,6 +35,11 @@ pub enum Request {
         /// mmproj GGUF URL.
         mmproj_url: String,
     },
+    /// Choose where models run from the next load on.
+    SetCompute {
+        /// The choice.
+        compute: Compute,
+    },
     /// Load a stored pair.
     LoadModel {
         /// Stored text GGUF name.
@@ -241,6 +246,47 @@ pub struct ModelCard {
     pub vision: bool,
     /// Seconds the load took.
     pub load_s: f64,
+    /// Where the model runs, and why, in words.
+    pub compute: String,
+}
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Compute {
+    /// WebGPU on a hardware adapter; the CPU when the browser offers none or only a software
+    /// rasteriser (SwiftShader, llvmpipe), which is many times slower than the CPU path.
+    #[default]
+    Auto,
+    /// WebGPU, whatever the adapter.
+    Webgpu,
+    /// The CPU (WebAssembly).
+    Cpu,
+}
+
+impl Compute {
+    /// Every choice with its label, for a select.
+    pub const ALL: [(Compute, &'static str, &'static str); 3] = [
+        (Compute::Auto, "auto", "Automatic (GPU if it is a real one)"),
+        (Compute::Webgpu, "webgpu", "WebGPU"),
+        (Compute::Cpu, "cpu", "CPU (WebAssembly)"),
+    ];
+
+    /// The short key (`auto`, `webgpu`, `cpu`).
+    pub fn key(self) -> &'static str {
+        Compute::ALL
+            .iter()
+            .find(|(c, _, _)| *c == self)
+            .map_or("auto", |(_, k, _)| k)
+    }
+
+    /// The choice with this key.
+    pub fn from_key(key: &str) -> Option<Compute> {
+        Compute::ALL
+            .iter()
+            .find(|(_, k, _)| *k == key)
+            .map(|(c, _, _)| *c)
+    }
 }
 
 /// One question in a list.
@@ -470,13 +516,21 @@ mod tests {
 
     #[test]
     fn messages_round_trip_as_tagged_json() {
-        let e = Event::GpuUnavailable { reason: "no".into() };
+        let e = Event::GpuUnavailable {
+            reason: "no".into(),
+        };
         assert_eq!(e.to_json(), r#"{"type":"gpu_unavailable","reason":"no"}"#);
         assert_eq!(serde_json::from_str::<Event>(&e.to_json()).unwrap(), e);
-        assert_eq!(serde_json::from_str::<Request>(r#"{"type":"probe_gpu"}"#).unwrap(), Request::ProbeGpu);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"type":"probe_gpu"}"#).unwrap(),
+            Request::ProbeGpu
+        );
         let r = Request::EvalStart {
             split: "test".into(),
-            scope: Scope::Stratified { per_task: 2, seed: 7 },
+            scope: Scope::Stratified {
+                per_task: 2,
+                seed: 7,
+            },
             settings: Settings::default(),
         };
         assert_eq!(serde_json::from_str::<Request>(&r.to_json()).unwrap(), r);

@@ -63,6 +63,10 @@ struct State {
     files: Rc<HashMap<String, File>>,
     splits: BTreeMap<String, Rc<Split>>,
     eval: Option<Rc<EvalCtl>>,
+    compute: Compute,
+    /// The last probe: adapter name and whether it is a software rasteriser; None if WebGPU
+    /// is unusable.
+    adapter: Option<Option<(String, bool)>>,
 }
 
 thread_local! {
@@ -117,7 +121,13 @@ async fn runs_dir() -> Result<Dir, String> {
 fn safe_name(name: &str) -> String {
     let n: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if n.is_empty() { "model.gguf".into() } else { n }
 }
@@ -149,8 +159,11 @@ async fn list_cache() -> Result<Event, String> {
         });
     }
     let runs = list_runs().await.unwrap_or_default();
-    let storage = Reflect::get(&Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default(), &"storage".into())
-        .unwrap_or_default();
+    let storage = Reflect::get(
+        &Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default(),
+        &"storage".into(),
+    )
+    .unwrap_or_default();
     let usage = match io::call_async(&storage, "estimate", &[]).await {
         Ok(est) => {
             let g = |k: &str| Reflect::get(&est, &k.into()).ok().and_then(|v| v.as_f64());
@@ -158,18 +171,33 @@ async fn list_cache() -> Result<Event, String> {
         }
         Err(_) => None,
     };
-    Ok(Event::Cache { models, runs, usage })
+    Ok(Event::Cache {
+        models,
+        runs,
+        usage,
+    })
 }
 
 /// Checks a header before anything is copied: the right architecture and a matching pair.
-async fn check_pair(text: &impl RangeSource, mmproj: Option<&impl RangeSource>) -> Result<(String, String), String> {
-    let g = Gguf::read_async(text).await.map_err(|e| format!("text model: {e}"))?;
-    let cfg = rexvqa_engine::model::TextConfig::from_gguf(&g).map_err(|e| format!("text model: {e}"))?;
+async fn check_pair(
+    text: &impl RangeSource,
+    mmproj: Option<&impl RangeSource>,
+) -> Result<(String, String), String> {
+    let g = Gguf::read_async(text)
+        .await
+        .map_err(|e| format!("text model: {e}"))?;
+    let cfg =
+        rexvqa_engine::model::TextConfig::from_gguf(&g).map_err(|e| format!("text model: {e}"))?;
     let mut mm_arch = String::new();
     if let Some(m) = mmproj {
-        let vg = Gguf::read_async(m).await.map_err(|e| format!("mmproj: {e}"))?;
+        let vg = Gguf::read_async(m)
+            .await
+            .map_err(|e| format!("mmproj: {e}"))?;
         rexvqa_engine::model::VisionConfig::from_gguf(&vg).map_err(|e| format!("mmproj: {e}"))?;
-        let out = vg.tensor("mm.input_projection.weight").map(|t| t.dims[0] as usize).unwrap_or(0);
+        let out = vg
+            .tensor("mm.input_projection.weight")
+            .map(|t| t.dims[0] as usize)
+            .unwrap_or(0);
         if out != cfg.hidden {
             return Err(format!(
                 "the mmproj projects to width {out} but the text model is {} wide: they are not a pair",
@@ -194,8 +222,11 @@ async fn store_file(dir: &Dir, name: &str, file: &File, arch: &str) -> Result<()
         Err(_) => None,
     };
     let resume = prev.is_some_and(|p| p.source == meta.source && p.expected == total);
-    dir.write_text(&format!("{name}.meta.json"), &serde_json::to_string(&meta).map_err(|e| e.to_string())?)
-        .await?;
+    dir.write_text(
+        &format!("{name}.meta.json"),
+        &serde_json::to_string(&meta).map_err(|e| e.to_string())?,
+    )
+    .await?;
     let out = dir.open_sync(name, true).await?;
     let mut done = if resume { out.size()?.min(total) } else { 0 };
     out.truncate(done)?;
@@ -239,7 +270,10 @@ async fn download(dir: &Dir, name: &str, url: &str, arch: &str) -> Result<(), St
     }
     let _ = Reflect::set(&init, &"headers".into(), &headers);
     let resp = io::call_async(&js_sys::global(), "fetch", &[url.into(), init.into()]).await?;
-    let status = Reflect::get(&resp, &"status".into()).ok().and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let status = Reflect::get(&resp, &"status".into())
+        .ok()
+        .and_then(|v| v.as_f64())
+        .unwrap_or(0.0);
     if status == 200.0 && done > 0 {
         // The server ignored the range: start over.
         done = 0;
@@ -259,17 +293,26 @@ async fn download(dir: &Dir, name: &str, url: &str, arch: &str) -> Result<(), St
         architecture: arch.into(),
         source: url.into(),
     };
-    dir.write_text(&format!("{name}.meta.json"), &serde_json::to_string(&meta).map_err(|e| e.to_string())?)
-        .await?;
+    dir.write_text(
+        &format!("{name}.meta.json"),
+        &serde_json::to_string(&meta).map_err(|e| e.to_string())?,
+    )
+    .await?;
     let body = Reflect::get(&resp, &"body".into()).map_err(|e| crate::gpu::describe(&e))?;
     let reader = io::call(&body, "getReader", &[])?;
     let (t0, start) = (now_ms(), done);
     loop {
         let chunk = io::call_async(&reader, "read", &[]).await?;
-        if Reflect::get(&chunk, &"done".into()).ok().and_then(|v| v.as_bool()).unwrap_or(true) {
+        if Reflect::get(&chunk, &"done".into())
+            .ok()
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true)
+        {
             break;
         }
-        let bytes = js_sys::Uint8Array::new(&Reflect::get(&chunk, &"value".into()).unwrap_or_default()).to_vec();
+        let bytes =
+            js_sys::Uint8Array::new(&Reflect::get(&chunk, &"value".into()).unwrap_or_default())
+                .to_vec();
         out.write_at(&bytes, done)?;
         done += bytes.len() as u64;
         post(&Event::Copy {
@@ -283,6 +326,50 @@ async fn download(dir: &Dir, name: &str, url: &str, arch: &str) -> Result<(), St
     Ok(())
 }
 
+/// Probes WebGPU, remembers the adapter for [`choose_device`], and returns the event.
+async fn probe_gpu() -> Event {
+    let ev = crate::gpu::probe().await;
+    let adapter = match &ev {
+        Event::Gpu(r) => {
+            let name = r.name.to_lowercase();
+            let software = r.fallback
+                || ["swiftshader", "llvmpipe", "lavapipe"]
+                    .iter()
+                    .any(|s| name.contains(s));
+            Some((r.name.clone(), software))
+        }
+        _ => None,
+    };
+    STATE.with(|s| s.borrow_mut().adapter = Some(adapter));
+    ev
+}
+
+/// The device the next model loads on, with a sentence saying which and why.
+async fn choose_device() -> Result<(rexvqa_engine::device::Device, String), String> {
+    use rexvqa_engine::device;
+    let (pref, known) = STATE.with(|s| (s.borrow().compute, s.borrow().adapter.clone()));
+    let adapter = match known {
+        Some(a) => a,
+        None => {
+            probe_gpu().await;
+            STATE.with(|s| s.borrow().adapter.clone().flatten())
+        }
+    };
+    let cpu = |why: &str| Ok((device::cpu(), format!("CPU (WebAssembly): {why}")));
+    match (pref, adapter) {
+        (Compute::Cpu, _) => cpu("chosen in the model panel"),
+        (Compute::Auto, None) => cpu("this browser offers no usable WebGPU adapter"),
+        (Compute::Auto, Some((name, true))) => cpu(&format!(
+            "the only WebGPU adapter, {name}, is a software rasteriser and slower than the CPU"
+        )),
+        (_, adapter) => {
+            let d = device::wgpu_async().await.map_err(|e| e.to_string())?;
+            let name = adapter.map_or_else(|| "adapter unknown".to_string(), |a| a.0);
+            Ok((d, format!("WebGPU ({name})")))
+        }
+    }
+}
+
 async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, String> {
     let dir = models_dir().await?;
     let text_src = BlobSource::new(dir.blob(text).await?);
@@ -291,7 +378,7 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         None => None,
     };
     check_pair(&text_src, mm_src.as_ref()).await?;
-    let device = rexvqa_engine::device::wgpu_async().await.map_err(|e| e.to_string())?;
+    let (device, compute) = choose_device().await?;
     // Drop a previous model first so its GPU memory is freed before the new one loads.
     STATE.with(|s| s.borrow_mut().model = None);
     let t0 = now_ms();
@@ -307,9 +394,15 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
             });
         }
     };
-    let model = Model::load(&text_src, mm_src.as_ref(), &device, &LoadOptions::default(), &mut progress)
-        .await
-        .map_err(|e| e.to_string())?;
+    let model = Model::load(
+        &text_src,
+        mm_src.as_ref(),
+        &device,
+        &LoadOptions::default(),
+        &mut progress,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let mut card = ModelCard {
         text: text.into(),
         mmproj: mmproj.map(String::from),
@@ -318,12 +411,18 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         vocab: model.decoder.cfg.vocab,
         vision: model.vision.is_some(),
         load_s: (now_ms() - t0) / 1000.0,
+        compute,
         ..Default::default()
     };
     for src in std::iter::once(&text_src).chain(mm_src.as_ref()) {
         let g = Gguf::read_async(src).await.map_err(|e| e.to_string())?;
         if card.name.is_empty() {
-            card.name = g.str_opt("general.name").ok().flatten().unwrap_or(text).to_string();
+            card.name = g
+                .str_opt("general.name")
+                .ok()
+                .flatten()
+                .unwrap_or(text)
+                .to_string();
         }
         card.parameters += g.tensors.iter().map(|t| t.n_elements()).sum::<u64>();
         card.bytes += g.file_size;
@@ -334,7 +433,11 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         s.model = Some(Rc::new(model));
-        s.model_name = format!("{}{}", text, mmproj.map(|m| format!(" + {m}")).unwrap_or_default());
+        s.model_name = format!(
+            "{}{}",
+            text,
+            mmproj.map(|m| format!(" + {m}")).unwrap_or_default()
+        );
     });
     Ok(card)
 }
@@ -353,7 +456,10 @@ async fn open_dataset(paths: Vec<String>, list: Vec<File>) -> Result<DatasetSumm
         map.insert(p, f);
     }
     let mut summary = DatasetSummary {
-        png_files: map.keys().filter(|k| k.ends_with(".png") && k.starts_with("deid_png/")).count(),
+        png_files: map
+            .keys()
+            .filter(|k| k.ends_with(".png") && k.starts_with("deid_png/"))
+            .count(),
         ..Default::default()
     };
     let mut splits = BTreeMap::new();
@@ -364,22 +470,33 @@ async fn open_dataset(paths: Vec<String>, list: Vec<File>) -> Result<DatasetSumm
         .collect();
     for (path, f) in jsons {
         let file_name = path.rsplit('/').next().unwrap_or(&path).to_string();
-        let name = file_name.trim_end_matches(".json").trim_end_matches("_vqa_data").to_string();
+        let name = file_name
+            .trim_end_matches(".json")
+            .trim_end_matches("_vqa_data")
+            .to_string();
         let text = match read_blob(&f).await.map(String::from_utf8) {
             Ok(Ok(t)) => t,
             _ => {
-                summary.warnings.push(format!("{path}: not readable as UTF-8 text"));
+                summary
+                    .warnings
+                    .push(format!("{path}: not readable as UTF-8 text"));
                 continue;
             }
         };
         match Split::from_json(&text) {
             Ok(s) if !s.records.is_empty() => {
-                let missing = s.image_paths().iter().filter(|p| !map.contains_key(*p)).count();
+                let missing = s
+                    .image_paths()
+                    .iter()
+                    .filter(|p| !map.contains_key(*p))
+                    .count();
                 summary.missing_images.insert(name.clone(), missing);
                 summary.splits.insert(name.clone(), s.summary());
                 splits.insert(name, Rc::new(s));
             }
-            Ok(_) => summary.warnings.push(format!("{path}: no usable question records")),
+            Ok(_) => summary
+                .warnings
+                .push(format!("{path}: no usable question records")),
             Err(e) => summary.warnings.push(format!("{path}: {e}")),
         }
     }
@@ -414,12 +531,13 @@ fn list_questions(
         if task.is_some_and(|t| t != r.task.name()) || category.is_some_and(|c| c != r.category) {
             continue;
         }
-        if !q.is_empty()
-            && !(r.id.to_lowercase().contains(&q)
-                || r.question.to_lowercase().contains(&q)
-                || r.study_key().to_lowercase().contains(&q)
-                || r.options.iter().any(|o| o.to_lowercase().contains(&q)))
-        {
+        let matches = |text: &str| text.to_lowercase().contains(&q);
+        let found = q.is_empty()
+            || matches(&r.id)
+            || matches(&r.question)
+            || matches(r.study_key())
+            || r.options.iter().any(|o| matches(o));
+        if !found {
             continue;
         }
         rows.push(i);
@@ -449,7 +567,9 @@ fn list_questions(
 
 fn question(name: &str, id: &str) -> Result<QuestionDetail, String> {
     let s = split(name)?;
-    let r = s.get(id).ok_or_else(|| format!("question {id} is not in split {name}"))?;
+    let r = s
+        .get(id)
+        .ok_or_else(|| format!("question {id} is not in split {name}"))?;
     let files = files();
     let images = r
         .image_paths
@@ -480,7 +600,9 @@ fn question(name: &str, id: &str) -> Result<QuestionDetail, String> {
 
 async fn get_image(path: &str) -> Result<(), String> {
     let files = files();
-    let f = files.get(path).ok_or_else(|| format!("{path} is not in the opened folder"))?;
+    let f = files
+        .get(path)
+        .ok_or_else(|| format!("{path} is not in the opened folder"))?;
     let d = image::decode_png(&read_blob(f).await?).map_err(|e| format!("{path}: {e}"))?;
     let arr = js_sys::Uint16Array::from(&d.samples[..]);
     post_with_buffer(
@@ -498,20 +620,29 @@ async fn get_image(path: &str) -> Result<(), String> {
 
 async fn ask(split_name: &str, id: &str, settings: Settings) -> Result<(), String> {
     let (model, s) = (model()?, split(split_name)?);
-    let r = s.get(id).ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
+    let r = s
+        .get(id)
+        .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
     let mut session = Session::new(&model);
     let mut last = 0.0;
     let key = id.to_string();
-    let a = eval::answer(&mut session, r, &settings, &FileStore(files()), &PerfClock, &mut |text| {
-        let now = now_ms();
-        if now - last > 80.0 {
-            last = now;
-            post(&Event::AskText {
-                id: key.clone(),
-                text: text.into(),
-            });
-        }
-    })
+    let a = eval::answer(
+        &mut session,
+        r,
+        &settings,
+        &FileStore(files()),
+        &PerfClock,
+        &mut |text| {
+            let now = now_ms();
+            if now - last > 80.0 {
+                last = now;
+                post(&Event::AskText {
+                    id: key.clone(),
+                    text: text.into(),
+                });
+            }
+        },
+    )
     .await
     .map_err(|e| e.to_string())?;
     if let Some(p) = &a.probs {
@@ -532,19 +663,31 @@ async fn ask(split_name: &str, id: &str, settings: Settings) -> Result<(), Strin
     Ok(())
 }
 
-async fn ask_free(split_name: &str, id: &str, text: &str, settings: Settings) -> Result<(), String> {
+async fn ask_free(
+    split_name: &str,
+    id: &str,
+    text: &str,
+    settings: Settings,
+) -> Result<(), String> {
     let (model, s) = (model()?, split(split_name)?);
-    let r = s.get(id).ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
+    let r = s
+        .get(id)
+        .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
     let store = FileStore(files());
     let mut session = Session::new(&model);
     let mut feats = Vec::new();
     for path in eval::image_paths(r, &settings) {
         let png = store.read(&path).await?;
-        let px = model.preprocess_png(&png, settings.policy).map_err(|e| e.to_string())?;
+        let px = model
+            .preprocess_png(&png, settings.policy)
+            .map_err(|e| e.to_string())?;
         feats.push(session.add_image(&path, &px).map_err(|e| e.to_string())?);
     }
     let ids = model
-        .tokenize_rendered(&prompt::chat(Some(prompt::SYSTEM), text, feats.len()), feats.len())
+        .tokenize_rendered(
+            &prompt::chat(Some(prompt::SYSTEM), text, feats.len()),
+            feats.len(),
+        )
         .map_err(|e| e.to_string())?;
     let t0 = now_ms();
     let mut last = 0.0;
@@ -595,7 +738,10 @@ async fn read_run(run_id: &str) -> Result<(RunMeta, Vec<Answer>), String> {
     let dir = runs_dir().await?;
     let meta: RunMeta = serde_json::from_str(&dir.read_text(&format!("{run_id}.json")).await?)
         .map_err(|e| format!("run {run_id}: {e}"))?;
-    let journal = dir.read_text(&format!("{run_id}.jsonl")).await.unwrap_or_default();
+    let journal = dir
+        .read_text(&format!("{run_id}.jsonl"))
+        .await
+        .unwrap_or_default();
     Ok((meta, eval::read_journal(&journal)))
 }
 
@@ -603,7 +749,9 @@ async fn list_runs() -> Result<Vec<RunInfo>, String> {
     let dir = runs_dir().await?;
     let mut out = Vec::new();
     for name in dir.names().await? {
-        let Some(id) = name.strip_suffix(".json") else { continue };
+        let Some(id) = name.strip_suffix(".json") else {
+            continue;
+        };
         if let Ok((m, answers)) = read_run(id).await {
             out.push(RunInfo {
                 run_id: id.into(),
@@ -665,7 +813,11 @@ async fn run_eval(run_id: String) -> Result<(), String> {
             done: done.len(),
             total,
             rate,
-            eta_s: if rate > 0.0 { (total.saturating_sub(done.len())) as f64 / rate } else { 0.0 },
+            eta_s: if rate > 0.0 {
+                (total.saturating_sub(done.len())) as f64 / rate
+            } else {
+                0.0
+            },
             per_task: per_task(&s, done),
             state: state.into(),
         }
@@ -688,9 +840,16 @@ async fn run_eval(run_id: String) -> Result<(), String> {
             session.clear();
             study = r.study_key().to_string();
         }
-        let a = eval::answer(&mut session, r, &meta.settings, &store, &PerfClock, &mut |_| {})
-            .await
-            .map_err(|e| format!("question {}: {e}", r.id))?;
+        let a = eval::answer(
+            &mut session,
+            r,
+            &meta.settings,
+            &store,
+            &PerfClock,
+            &mut |_| {},
+        )
+        .await
+        .map_err(|e| format!("question {}: {e}", r.id))?;
         journal.append(eval::journal_line(&a).as_bytes())?;
         journal.flush()?;
         done.push(a);
@@ -728,7 +887,10 @@ async fn start_eval(split_name: String, scope: Scope, settings: Settings) -> Res
     };
     runs_dir()
         .await?
-        .write_text(&format!("{run_id}.json"), &serde_json::to_string(&meta).map_err(|e| e.to_string())?)
+        .write_text(
+            &format!("{run_id}.json"),
+            &serde_json::to_string(&meta).map_err(|e| e.to_string())?,
+        )
         .await?;
     run_eval(run_id).await
 }
@@ -741,7 +903,8 @@ async fn export(run_id: &str, format: &str) -> Result<Event, String> {
         "leaderboard" => (
             "predictions.json",
             "application/json",
-            serde_json::to_string_pretty(&eval::leaderboard(&s, &answers)).map_err(|e| e.to_string())?,
+            serde_json::to_string_pretty(&eval::leaderboard(&s, &answers))
+                .map_err(|e| e.to_string())?,
         ),
         "csv" => ("answers.csv", "text/csv", eval::csv(&s, &answers)),
         "markdown" => (
@@ -756,7 +919,11 @@ async fn export(run_id: &str, format: &str) -> Result<Event, String> {
                 ],
             ),
         ),
-        "report" => ("report.json", "application/json", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?),
+        "report" => (
+            "report.json",
+            "application/json",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?,
+        ),
         other => return Err(format!("unknown export format {other:?}")),
     };
     Ok(Event::Export {
@@ -770,7 +937,8 @@ async fn merge(split_name: &str, names: Vec<String>, list: Vec<File>) -> Result<
     let s = split(split_name)?;
     let mut texts = Vec::new();
     for (n, f) in names.into_iter().zip(list) {
-        let t = String::from_utf8(read_blob(&f).await?).map_err(|_| format!("{n}: not UTF-8 text"))?;
+        let t =
+            String::from_utf8(read_blob(&f).await?).map_err(|_| format!("{n}: not UTF-8 text"))?;
         texts.push((n, t));
     }
     let merged = score::merge_shards(&s, &texts).map_err(|e| e.to_string())?;
@@ -791,7 +959,11 @@ async fn merge(split_name: &str, names: Vec<String>, list: Vec<File>) -> Result<
     })
 }
 
-fn settings(mode: rexvqa_engine::session::Mode, policy: image::Policy, all_images: bool) -> Settings {
+fn settings(
+    mode: rexvqa_engine::session::Mode,
+    policy: image::Policy,
+    all_images: bool,
+) -> Settings {
     Settings {
         mode,
         policy,
@@ -801,10 +973,15 @@ fn settings(mode: rexvqa_engine::session::Mode, policy: image::Policy, all_image
 }
 
 async fn handle(req: Request, attached: Vec<File>) {
-    let context = format!("{req:?}").split([' ', '{', '(']).next().unwrap_or("").to_string();
+    let context = format!("{req:?}")
+        .split([' ', '{', '('])
+        .next()
+        .unwrap_or("")
+        .to_string();
     let result: Result<(), String> = async {
         match req {
-            Request::ProbeGpu => post(&crate::gpu::probe().await),
+            Request::ProbeGpu => post(&probe_gpu().await),
+            Request::SetCompute { compute } => STATE.with(|s| s.borrow_mut().compute = compute),
             Request::ListCache => post(&list_cache().await?),
             Request::ImportModel => {
                 let text = attached.first().ok_or("choose the text GGUF file")?;
@@ -826,35 +1003,87 @@ async fn handle(req: Request, attached: Vec<File>) {
                     None => None,
                 };
                 post(&list_cache().await?);
-                post(&Event::ModelLoaded(load_stored(&tname, mname.as_deref()).await?));
+                post(&Event::ModelLoaded(
+                    load_stored(&tname, mname.as_deref()).await?,
+                ));
             }
-            Request::DownloadModel { text_url, mmproj_url } => {
+            Request::DownloadModel {
+                text_url,
+                mmproj_url,
+            } => {
                 let dir = models_dir().await?;
-                let name = |u: &str| safe_name(u.rsplit('/').next().unwrap_or(u).split('?').next().unwrap_or(u));
+                let name = |u: &str| {
+                    safe_name(
+                        u.rsplit('/')
+                            .next()
+                            .unwrap_or(u)
+                            .split('?')
+                            .next()
+                            .unwrap_or(u),
+                    )
+                };
                 let (t, m) = (name(&text_url), name(&mmproj_url));
                 download(&dir, &t, &text_url, "gemma3").await?;
                 download(&dir, &m, &mmproj_url, "clip").await?;
                 post(&list_cache().await?);
                 post(&Event::ModelLoaded(load_stored(&t, Some(&m)).await?));
             }
-            Request::LoadModel { text, mmproj } => post(&Event::ModelLoaded(load_stored(&text, mmproj.as_deref()).await?)),
+            Request::LoadModel { text, mmproj } => post(&Event::ModelLoaded(
+                load_stored(&text, mmproj.as_deref()).await?,
+            )),
             Request::DeleteModel { name } => {
                 let dir = models_dir().await?;
                 dir.remove(&name).await?;
                 let _ = dir.remove(&format!("{name}.meta.json")).await;
                 post(&list_cache().await?);
             }
-            Request::OpenDataset { paths } => post(&Event::Dataset(open_dataset(paths, attached).await?)),
-            Request::ListQuestions { split, query, task, category, offset, limit } => {
-                post(&list_questions(&split, &query, task.as_deref(), category.as_deref(), offset, limit)?)
+            Request::OpenDataset { paths } => {
+                post(&Event::Dataset(open_dataset(paths, attached).await?))
             }
+            Request::ListQuestions {
+                split,
+                query,
+                task,
+                category,
+                offset,
+                limit,
+            } => post(&list_questions(
+                &split,
+                &query,
+                task.as_deref(),
+                category.as_deref(),
+                offset,
+                limit,
+            )?),
             Request::GetQuestion { split, id } => post(&Event::Question(question(&split, &id)?)),
             Request::GetImage { path } => get_image(&path).await?,
-            Request::Ask { split, id, mode, policy, all_images } => ask(&split, &id, settings(mode, policy, all_images)).await?,
-            Request::AskFree { split, id, text, policy, all_images } => {
-                ask_free(&split, &id, &text, settings(rexvqa_engine::session::Mode::Official, policy, all_images)).await?
+            Request::Ask {
+                split,
+                id,
+                mode,
+                policy,
+                all_images,
+            } => ask(&split, &id, settings(mode, policy, all_images)).await?,
+            Request::AskFree {
+                split,
+                id,
+                text,
+                policy,
+                all_images,
+            } => {
+                ask_free(
+                    &split,
+                    &id,
+                    &text,
+                    settings(rexvqa_engine::session::Mode::Official, policy, all_images),
+                )
+                .await?
             }
-            Request::EvalStart { split, scope, settings } => start_eval(split, scope, settings).await?,
+            Request::EvalStart {
+                split,
+                scope,
+                settings,
+            } => start_eval(split, scope, settings).await?,
             Request::EvalResume { run_id } => {
                 if STATE.with(|st| st.borrow().eval.is_some()) {
                     return Err("an evaluation is already running".into());
@@ -901,14 +1130,22 @@ pub fn run() {
     console_error_panic_hook::set_once();
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(|e: MessageEvent| {
         let data = e.data();
-        let Some(text) = Reflect::get(&data, &"json".into()).ok().and_then(|v| v.as_string()) else {
+        let Some(text) = Reflect::get(&data, &"json".into())
+            .ok()
+            .and_then(|v| v.as_string())
+        else {
             fail("message", "the worker received a message without a request");
             return;
         };
         let files: Vec<File> = Reflect::get(&data, &"files".into())
             .ok()
             .filter(|v| v.is_object())
-            .map(|v| Array::from(&v).iter().filter_map(|f| f.dyn_into::<File>().ok()).collect())
+            .map(|v| {
+                Array::from(&v)
+                    .iter()
+                    .filter_map(|f| f.dyn_into::<File>().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         match serde_json::from_str::<Request>(&text) {
             Ok(req) => wasm_bindgen_futures::spawn_local(handle(req, files)),

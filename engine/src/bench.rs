@@ -74,12 +74,20 @@ fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
         "D. Cannot be determined",
     ]
     .map(String::from);
-    let text = prompt::user_text(&format!("Question {q}: is there a pleural effusion on this radiograph?"), &opts, None);
+    let text = prompt::user_text(
+        &format!("Question {q}: is there a pleural effusion on this radiograph?"),
+        &opts,
+        None,
+    );
     model.tokenize_rendered(&prompt::chat(Some(prompt::SYSTEM), &text, 1), 1)
 }
 
 /// Runs the harness (needs a vision tower).
-pub async fn run(model: &Model, opts: &BenchOptions, clock: &impl Clock) -> Result<BenchReport, ModelError> {
+pub async fn run(
+    model: &Model,
+    opts: &BenchOptions,
+    clock: &impl Clock,
+) -> Result<BenchReport, ModelError> {
     let mut r = BenchReport {
         official_max_tokens: opts.official_max_tokens,
         ..Default::default()
@@ -94,7 +102,10 @@ pub async fn run(model: &Model, opts: &BenchOptions, clock: &impl Clock) -> Resu
         width: 640,
         height: 560,
         channels: 1,
-        data: synthetic_xray(640, 560, &mut rng).iter().map(|v| (v >> 8) as u8).collect(),
+        data: synthetic_xray(640, 560, &mut rng)
+            .iter()
+            .map(|v| (v >> 8) as u8)
+            .collect(),
     };
     let pixels = crate::image::preprocess_with(&img, size, vision.cfg.mean, vision.cfg.std);
 
@@ -109,9 +120,16 @@ pub async fn run(model: &Model, opts: &BenchOptions, clock: &impl Clock) -> Resu
     sync(model).await?;
     r.image_encode_ms = (clock.now_ms() - t) / 2.0;
 
-    let filler = model.tokenizer.encode(" The heart size is normal and the lungs are clear.", false, false);
+    let filler = model.tokenizer.encode(
+        " The heart size is normal and the lungs are clear.",
+        false,
+        false,
+    );
     for &n in &opts.prefill_lengths {
-        let ids: Vec<u32> = std::iter::once(model.tokenizer.bos()).chain(filler.iter().copied().cycle()).take(n).collect();
+        let ids: Vec<u32> = std::iter::once(model.tokenizer.bos())
+            .chain(filler.iter().copied().cycle())
+            .take(n)
+            .collect();
         // Warm-up at this length compiles any shader specialised on it.
         model.prefill(&ids[..n.min(16)], &[], &mut model.decoder.new_cache())?;
         sync(model).await?;
@@ -119,7 +137,8 @@ pub async fn run(model: &Model, opts: &BenchOptions, clock: &impl Clock) -> Resu
         let mut cache = model.decoder.new_cache();
         model.prefill(&ids, &[], &mut cache)?;
         sync(model).await?;
-        r.prefill.push((n, n as f64 / ((clock.now_ms() - t) / 1000.0)));
+        r.prefill
+            .push((n, n as f64 / ((clock.now_ms() - t) / 1000.0)));
     }
 
     let ids = question_ids(model, 0)?;
@@ -133,7 +152,9 @@ pub async fn run(model: &Model, opts: &BenchOptions, clock: &impl Clock) -> Resu
     for _ in 0..opts.decode_tokens {
         let logits = read_f32(model.decoder.logits(h)).await?;
         let next = crate::session::argmax(&logits) as u32;
-        h = model.prefill(&[next], &[], &mut cache)?.slice([0..1, 0..hidden]);
+        h = model
+            .prefill(&[next], &[], &mut cache)?
+            .slice([0..1, 0..hidden]);
     }
     sync(model).await?;
     r.decode_tokens_per_s = opts.decode_tokens as f64 / ((clock.now_ms() - t) / 1000.0);
@@ -143,7 +164,13 @@ pub async fn run(model: &Model, opts: &BenchOptions, clock: &impl Clock) -> Resu
     let mut session = Session::new(model);
     let f = session.add_image("bench", &pixels)?;
     for q in 0..opts.questions {
-        session.score_options(&question_ids(model, q)?, std::slice::from_ref(&f), &Letter::ALL).await?;
+        session
+            .score_options(
+                &question_ids(model, q)?,
+                std::slice::from_ref(&f),
+                &Letter::ALL,
+            )
+            .await?;
     }
     r.fast_questions_per_s = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
 
@@ -151,13 +178,19 @@ pub async fn run(model: &Model, opts: &BenchOptions, clock: &impl Clock) -> Resu
     for q in 0..opts.questions {
         let mut cold = Session::new(model);
         let f = cold.add_image("bench", &pixels)?;
-        cold.score_options(&question_ids(model, q)?, &[f], &Letter::ALL).await?;
+        cold.score_options(&question_ids(model, q)?, &[f], &Letter::ALL)
+            .await?;
     }
     r.fast_questions_per_s_cold = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
 
     let t = clock.now_ms();
     let out = session
-        .generate(&question_ids(model, 0)?, &[f], opts.official_max_tokens, &mut |_, _| {})
+        .generate(
+            &question_ids(model, 0)?,
+            &[f],
+            opts.official_max_tokens,
+            &mut |_, _| {},
+        )
         .await?;
     r.official_questions_per_s = 1000.0 / (clock.now_ms() - t);
     r.official_tokens = out.len() as f64;

@@ -1,6 +1,6 @@
 //! Compute devices: flex on the CPU, wgpu natively (Vulkan/Metal/DX12), WebGPU in the browser.
 
-use burn::tensor::Device;
+pub use burn::tensor::Device;
 
 /// Which backend runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,6 +1,7 @@
 //! Quantised matmul/gather kernels on every native backend against the CPU dequantisation.
 
 use rexvqa_engine::device;
+use rexvqa_engine::model::fused;
 use rexvqa_engine::quant::conformance::{cases, check_matmul};
 
 fn run_all(dev: &burn::tensor::Device, label: &str) {
@@ -26,4 +27,22 @@ fn flex_cpu_kernels_match_the_reference() {
 fn wgpu_kernels_match_the_reference() {
     let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     run_all(&dev, "wgpu");
+}
+
+#[test]
+fn wgpu_fused_attention_matches_an_f64_evaluation() {
+    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    for (i, (shape, window)) in fused::CASES.into_iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        let err =
+            pollster::block_on(fused::max_error_vs_f64(&dev, shape, window, i as u64)).unwrap();
+        eprintln!(
+            "fused attention {shape:?} window {window:?}: max |Δ| {err:.2e} ({:.2} s)",
+            t0.elapsed().as_secs_f64()
+        );
+        assert!(
+            err < fused::TOLERANCE,
+            "{shape:?} window {window:?}: max |Δ| {err:e}"
+        );
+    }
 }

@@ -39,6 +39,7 @@ mod model_in_browser {
     use rexvqa_engine::device;
     use rexvqa_engine::gguf::SliceSource;
     use rexvqa_engine::image::Policy;
+    use rexvqa_engine::model::fused;
     use rexvqa_engine::model::nn::read_f32;
     use rexvqa_engine::quant::conformance::{cases, check_matmul};
     use rexvqa_engine::rexvqa::{Letter, prompt};
@@ -75,6 +76,20 @@ mod model_in_browser {
         }
     }
 
+    #[wasm_bindgen_test]
+    async fn fused_attention_matches_an_f64_evaluation_on_webgpu() {
+        let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        for (i, (shape, window)) in fused::CASES.into_iter().enumerate() {
+            let err = fused::max_error_vs_f64(&dev, shape, window, i as u64)
+                .await
+                .unwrap();
+            assert!(
+                err < fused::TOLERANCE,
+                "{shape:?} window {window:?}: max |Δ| {err:e}"
+            );
+        }
+    }
+
     /// Letter logits of the official prompt and the last-position logits of the top-32 ids.
     async fn run(model: &Model) -> (Vec<f32>, Vec<f32>, Vec<u32>) {
         let opts = [
@@ -94,15 +109,26 @@ mod model_in_browser {
             1,
         );
         let ids = model.tokenize_rendered(&text, 1).unwrap();
+        let t0 = js_sys::Date::now();
         let feats = model
             .encode_image(&model.preprocess_png(IMAGE, Policy::Scale).unwrap())
             .unwrap();
+        read_f32(feats.clone()).await.unwrap();
+        let t1 = js_sys::Date::now();
         let mut s = Session::new(model);
         let scores = s
             .score_options(&ids, std::slice::from_ref(&feats), &Letter::ALL)
             .await
             .unwrap();
+        let t2 = js_sys::Date::now();
         let logits = model.last_logits(&ids, &[feats]).await.unwrap();
+        web_sys_log(&format!(
+            "timing: image encode {:.0} ms, {} token prefill + option scores {:.0} ms, again {:.0} ms",
+            t1 - t0,
+            ids.len(),
+            t2 - t1,
+            js_sys::Date::now() - t2
+        ));
         (scores.logits, logits, ids)
     }
 

@@ -75,6 +75,17 @@ async function reportNumbers(page) {
   };
 }
 
+// The letter on screen equals the CLI's, and each shown probability (rounded to 0.1 %) is
+// within 0.0006 of the CLI's.
+async function assertSameAnswer(page, qid, cli, where) {
+  const letter = (await page.getByTestId('ask-letter').textContent()).trim();
+  const probs = {};
+  for (const l of ['A', 'B', 'C', 'D']) probs[l] = Number((await page.getByTestId(`prob-${l}`).locator('.bar-value').textContent()).replace('%', '')) / 100;
+  console.log(`question ${qid} on ${where}: browser ${letter} ${JSON.stringify(probs)}; CLI ${cli.prediction} ${JSON.stringify(cli.probabilities)}`);
+  assert.equal(letter, cli.prediction);
+  ['A', 'B', 'C', 'D'].forEach((l, i) => assert.ok(Math.abs(probs[l] - cli.probabilities[i]) <= 0.0006, `P(${l})`));
+}
+
 function cliReport() {
   const r = JSON.parse(readFileSync(join(FIX, 'cli', 'pred.json.report.json'), 'utf8'));
   return { accuracy: Number((100 * r.official.overall.accuracy).toFixed(2)), n: r.official.overall.n, failed: r.official.failed_extractions };
@@ -84,10 +95,16 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   const { page, problems, offHost } = await openPage(context, server.url);
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
 
+  // Automatic compute: a software adapter (SwiftShader here) is slower than the CPU path.
+  const software = /swiftshader|llvmpipe|lavapipe/i.test(await page.getByTestId('gpu-name').textContent())
+    || (await page.getByTestId('gpu-fallback').textContent()) === 'yes';
   await loadModelFromFiles(page);
   mark('model loaded from files');
   const params = await page.getByTestId('model-params').textContent();
   assert.match(params, /M$/);
+  const runsOn = await page.getByTestId('model-compute').textContent();
+  console.log(`runs on: ${runsOn}`);
+  assert.match(runsOn, software ? /^CPU \(WebAssembly\): the only WebGPU adapter/ : /^WebGPU/);
   await shot(page, 'model-panel');
 
   await openDataset(page);
@@ -107,14 +124,9 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   await page.getByTestId('ask-fast').click();
   await page.getByTestId('ask-answer').waitFor({ timeout: SLOW });
   mark('question answered');
-  const letter = (await page.getByTestId('ask-letter').textContent()).trim();
-  const probs = {};
-  for (const l of ['A', 'B', 'C', 'D']) probs[l] = Number((await page.getByTestId(`prob-${l}`).locator('.bar-value').textContent()).replace('%', '')) / 100;
   const cli = JSON.parse(execFileSync(BIN, ['answer', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj.gguf'),
     '--split', join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json'), '--id', qid], { encoding: 'utf8' }));
-  console.log(`question ${qid}: browser ${letter} ${JSON.stringify(probs)}; CLI ${cli.prediction} ${JSON.stringify(cli.probabilities)}`);
-  assert.equal(letter, cli.prediction);
-  ['A', 'B', 'C', 'D'].forEach((l, i) => assert.ok(Math.abs(probs[l] - cli.probabilities[i]) <= 0.0006, `P(${l})`));
+  await assertSameAnswer(page, qid, cli, runsOn);
   await page.getByTestId('reveal').click();
   await page.getByTestId('truth').waitFor();
   await shot(page, 'study-panel');
@@ -147,6 +159,20 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   mark('resumed run finished');
   const resumed = await reportNumbers(page);
   assert.deepEqual(resumed, cliReport());
+
+  // The same question with WebGPU chosen explicitly: the app's GPU path gives the same answer.
+  await tab(page, 'model');
+  await page.getByTestId('compute').selectOption('webgpu');
+  await loadStoredModel(page);
+  const onGpu = await page.getByTestId('model-compute').filter({ hasText: /^WebGPU/ }).textContent({ timeout: SLOW });
+  await tab(page, 'study');
+  await page.getByTestId('question-row').filter({ hasText: qid }).first().click();
+  await page.getByTestId('question-detail').waitFor();
+  await page.getByTestId('ask-fast').click();
+  await page.getByTestId('ask-answer').waitFor({ timeout: SLOW });
+  mark('question answered on WebGPU');
+  await assertSameAnswer(page, qid, cli, onGpu);
+  await page.getByTestId('compute').selectOption('auto').catch(() => {});
 
   await tab(page, 'about');
   await shot(page, 'about-panel');

@@ -16,12 +16,19 @@ async fn walk(dir: JsValue, prefix: String, out: &mut Vec<(String, File)>) -> Re
     let next = js_sys::Function::from(Reflect::get(&it, &"next".into())?);
     loop {
         let step = JsFuture::from(js_sys::Promise::from(next.call0(&it)?)).await?;
-        if Reflect::get(&step, &"done".into())?.as_bool().unwrap_or(true) {
+        if Reflect::get(&step, &"done".into())?
+            .as_bool()
+            .unwrap_or(true)
+        {
             break;
         }
         let handle = Reflect::get(&step, &"value".into())?;
-        let name = Reflect::get(&handle, &"name".into())?.as_string().unwrap_or_default();
-        let kind = Reflect::get(&handle, &"kind".into())?.as_string().unwrap_or_default();
+        let name = Reflect::get(&handle, &"name".into())?
+            .as_string()
+            .unwrap_or_default();
+        let kind = Reflect::get(&handle, &"kind".into())?
+            .as_string()
+            .unwrap_or_default();
         let path = format!("{prefix}{name}");
         if kind == "directory" {
             // Only the two folders the dataset uses are walked, so a big parent folder is cheap.
@@ -45,7 +52,9 @@ fn send_files(engine: Engine, pairs: Vec<(String, File)>) {
         engine.error("Dataset: the chosen folder holds no .json or .png files".into());
         return;
     }
-    engine.busy.set(Some(format!("Reading {} files…", pairs.len())));
+    engine
+        .busy
+        .set(Some(format!("Reading {} files…", pairs.len())));
     let (paths, files): (Vec<String>, Vec<File>) = pairs.into_iter().unzip();
     engine.send_with(&Request::OpenDataset { paths }, &files);
 }
@@ -67,9 +76,15 @@ pub fn DatasetPanel() -> impl IntoView {
         let mut pairs = Vec::new();
         for i in 0..list.length() {
             if let Some(f) = list.get(i) {
-                let rel = Reflect::get(&f, &"webkitRelativePath".into()).ok().and_then(|v| v.as_string()).unwrap_or_default();
+                let rel = Reflect::get(&f, &"webkitRelativePath".into())
+                    .ok()
+                    .and_then(|v| v.as_string())
+                    .unwrap_or_default();
                 // Drop the chosen folder's own name.
-                let rel = rel.split_once('/').map(|(_, r)| r.to_string()).unwrap_or(rel);
+                let rel = rel
+                    .split_once('/')
+                    .map(|(_, r)| r.to_string())
+                    .unwrap_or(rel);
                 if rel.ends_with(".json") || rel.ends_with(".png") {
                     pairs.push((rel, f));
                 }
@@ -78,23 +93,34 @@ pub fn DatasetPanel() -> impl IntoView {
         send_files(engine, pairs);
     };
     let on_files = move |ev: leptos::ev::Event| {
-        let Some(list) = event_target::<HtmlInputElement>(&ev).files() else { return };
+        let Some(list) = event_target::<HtmlInputElement>(&ev).files() else {
+            return;
+        };
         let pairs = (0..list.length())
             .filter_map(|i| list.get(i))
             .map(|f| {
                 let n = f.name();
-                let p = if n.ends_with(".json") { format!("metadata/{n}") } else { n };
+                let p = if n.ends_with(".json") {
+                    format!("metadata/{n}")
+                } else {
+                    n
+                };
                 (p, f)
             })
             .collect();
         send_files(engine, pairs);
     };
-    let has_picker = Reflect::has(&js_sys::global(), &"showDirectoryPicker".into()).unwrap_or(false);
+    let has_picker =
+        Reflect::has(&js_sys::global(), &"showDirectoryPicker".into()).unwrap_or(false);
     let pick = move |_| {
         leptos::task::spawn_local(async move {
-            let picker = Reflect::get(&js_sys::global(), &"showDirectoryPicker".into()).unwrap_or_default();
+            let picker =
+                Reflect::get(&js_sys::global(), &"showDirectoryPicker".into()).unwrap_or_default();
             let r = async {
-                let dir = JsFuture::from(js_sys::Promise::from(js_sys::Function::from(picker).call0(&JsValue::NULL)?)).await?;
+                let dir = JsFuture::from(js_sys::Promise::from(
+                    js_sys::Function::from(picker).call0(&JsValue::NULL)?,
+                ))
+                .await?;
                 let mut out = Vec::new();
                 walk(dir, String::new(), &mut out).await?;
                 Ok::<_, JsValue>(out)

@@ -68,6 +68,19 @@ pub struct Progress {
     pub rate: f64,
 }
 
+/// localStorage key of the compute choice.
+const COMPUTE_KEY: &str = "rexvqa.compute";
+
+fn local_storage() -> Option<web_sys::Storage> {
+    web_sys::window()?.local_storage().ok().flatten()
+}
+
+/// Stored model files, evaluation runs, and (used, quota) bytes of browser storage.
+pub type CacheState = (Vec<StoredFile>, Vec<RunInfo>, Option<(f64, f64)>);
+
+/// A page of questions: (total matching, rows, all tasks, all categories).
+pub type QuestionPage = (usize, Vec<QuestionRow>, Vec<String>, Vec<String>);
+
 /// The engine worker and the signals it feeds.
 #[derive(Clone, Copy)]
 pub struct Engine {
@@ -75,7 +88,9 @@ pub struct Engine {
     /// GPU state.
     pub gpu: RwSignal<GpuState>,
     /// Stored models, runs, and storage usage.
-    pub cache: RwSignal<(Vec<StoredFile>, Vec<RunInfo>, Option<(f64, f64)>)>,
+    pub cache: RwSignal<CacheState>,
+    /// Where models run (kept in localStorage).
+    pub compute: RwSignal<Compute>,
     /// Copy/download/load progress.
     pub progress: RwSignal<Option<Progress>>,
     /// The loaded model.
@@ -83,7 +98,7 @@ pub struct Engine {
     /// The opened dataset.
     pub dataset: RwSignal<Option<DatasetSummary>>,
     /// The current page of questions: (total, rows, tasks, categories).
-    pub questions: RwSignal<(usize, Vec<QuestionRow>, Vec<String>, Vec<String>)>,
+    pub questions: RwSignal<QuestionPage>,
     /// The question on screen.
     pub question: RwSignal<Option<QuestionDetail>>,
     /// Decoded images by path.
@@ -108,7 +123,9 @@ fn save(name: &str, mime: &str, text: &str) -> Result<(), JsValue> {
     opts.set_type(mime);
     let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts)?;
     let url = web_sys::Url::create_object_url_with_blob(&blob)?;
-    let doc = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
+    let doc = web_sys::window()
+        .and_then(|w| w.document())
+        .ok_or("no document")?;
     let a: web_sys::HtmlAnchorElement = doc.create_element("a")?.dyn_into()?;
     a.set_href(&url);
     a.set_download(name);
@@ -123,6 +140,12 @@ impl Engine {
         let engine = Engine {
             worker: StoredValue::new_local(None),
             gpu: RwSignal::new(GpuState::Probing),
+            compute: RwSignal::new(
+                local_storage()
+                    .and_then(|s| s.get_item(COMPUTE_KEY).ok().flatten())
+                    .and_then(|k| Compute::from_key(&k))
+                    .unwrap_or_default(),
+            ),
             cache: RwSignal::new((Vec::new(), Vec::new(), None)),
             progress: RwSignal::new(None),
             model: RwSignal::new(None),
@@ -140,15 +163,19 @@ impl Engine {
         let worker = match Worker::new("./worker_loader.js") {
             Ok(w) => w,
             Err(e) => {
-                engine
-                    .gpu
-                    .set(GpuState::Unavailable(format!("The engine worker could not start: {}", crate::gpu::describe(&e))));
+                engine.gpu.set(GpuState::Unavailable(format!(
+                    "The engine worker could not start: {}",
+                    crate::gpu::describe(&e)
+                )));
                 return engine;
             }
         };
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |m: MessageEvent| {
             let data = m.data();
-            let Some(text) = Reflect::get(&data, &"json".into()).ok().and_then(|v| v.as_string()) else {
+            let Some(text) = Reflect::get(&data, &"json".into())
+                .ok()
+                .and_then(|v| v.as_string())
+            else {
                 return;
             };
             match serde_json::from_str::<Event>(&text) {
@@ -198,22 +225,50 @@ impl Engine {
         self.send_with(req, &[]);
     }
 
+    /// Changes where the next model load runs, and remembers it across reloads.
+    pub fn set_compute(&self, key: &str) {
+        let Some(c) = Compute::from_key(key) else {
+            return;
+        };
+        self.compute.set(c);
+        if let Some(s) = local_storage() {
+            let _ = s.set_item(COMPUTE_KEY, key);
+        }
+        self.send(&Request::SetCompute { compute: c });
+    }
+
     fn on_event(&self, ev: Event, data: &JsValue) {
         match ev {
             Event::Ready => {
+                self.send(&Request::SetCompute {
+                    compute: self.compute.get_untracked(),
+                });
                 self.send(&Request::ProbeGpu);
                 self.send(&Request::ListCache);
             }
             Event::Gpu(r) => self.gpu.set(GpuState::Ready(r)),
             Event::GpuUnavailable { reason } => self.gpu.set(GpuState::Unavailable(reason)),
-            Event::Cache { models, runs, usage } => self.cache.set((models, runs, usage)),
-            Event::Copy { name, done, total, rate } => self.progress.set(Some(Progress {
+            Event::Cache {
+                models,
+                runs,
+                usage,
+            } => self.cache.set((models, runs, usage)),
+            Event::Copy {
+                name,
+                done,
+                total,
+                rate,
+            } => self.progress.set(Some(Progress {
                 label: format!("Copying {name} into browser storage"),
                 done,
                 total,
                 rate,
             })),
-            Event::Loading { done, total, tensor } => self.progress.set(Some(Progress {
+            Event::Loading {
+                done,
+                total,
+                tensor,
+            } => self.progress.set(Some(Progress {
                 label: format!("Loading weights onto the GPU ({tensor})"),
                 done,
                 total,
@@ -227,9 +282,20 @@ impl Engine {
                 self.busy.set(None);
                 self.dataset.set(Some(d));
             }
-            Event::Questions { total, items, tasks, categories } => self.questions.set((total, items, tasks, categories)),
+            Event::Questions {
+                total,
+                items,
+                tasks,
+                categories,
+            } => self.questions.set((total, items, tasks, categories)),
             Event::Question(q) => self.question.set(Some(q)),
-            Event::Image { path, width, height, bits, channels } => {
+            Event::Image {
+                path,
+                width,
+                height,
+                bits,
+                channels,
+            } => {
                 let buf = Reflect::get(data, &"buffer".into()).unwrap_or_default();
                 let samples = js_sys::Uint16Array::new(&buf).to_vec();
                 self.images.update(|m| {
@@ -268,10 +334,17 @@ impl Engine {
                     self.send(&Request::ListCache);
                 }
             }
-            Event::Report { run_id, report, missing } => self.report.set(Some((run_id, report, missing))),
+            Event::Report {
+                run_id,
+                report,
+                missing,
+            } => self.report.set(Some((run_id, report, missing))),
             Event::Export { name, mime, text } => {
                 if let Err(e) = save(&name, &mime, &text) {
-                    self.error(format!("saving {name} failed: {}", crate::gpu::describe(&e)));
+                    self.error(format!(
+                        "saving {name} failed: {}",
+                        crate::gpu::describe(&e)
+                    ));
                 }
             }
             Event::Error { context, message } => {
@@ -294,7 +367,11 @@ pub fn bytes(n: f64) -> String {
         v /= 1000.0;
         u += 1;
     }
-    if u == 0 { format!("{v:.0} {}", UNITS[u]) } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 /// Human-readable duration.

@@ -33,7 +33,10 @@ pub fn EvalPanel() -> impl IntoView {
     let start = move |_| {
         let scope = match scope_kind.get_untracked().as_str() {
             "first" => Scope::First(n.get_untracked()),
-            "stratified" => Scope::Stratified { per_task: n.get_untracked(), seed: seed.get_untracked() },
+            "stratified" => Scope::Stratified {
+                per_task: n.get_untracked(),
+                seed: seed.get_untracked(),
+            },
             "shard" => match Scope::parse_shard(&shard.get_untracked()) {
                 Ok(s) => s,
                 Err(e) => {
@@ -46,10 +49,20 @@ pub fn EvalPanel() -> impl IntoView {
         engine.send(&Request::EvalStart {
             split: split.get_untracked(),
             scope,
-            settings: Settings { mode: mode.get_untracked(), policy: policy.get_untracked(), all_images: all_images.get_untracked(), ..Settings::default() },
+            settings: Settings {
+                mode: mode.get_untracked(),
+                policy: policy.get_untracked(),
+                all_images: all_images.get_untracked(),
+                ..Settings::default()
+            },
         });
     };
-    let running = move || engine.eval.get().is_some_and(|p| p.state == "running" || p.state == "paused");
+    let running = move || {
+        engine
+            .eval
+            .get()
+            .is_some_and(|p| p.state == "running" || p.state == "paused")
+    };
     let ready = move || engine.model.get().is_some() && engine.dataset.get().is_some();
     view! {
         <section class="card" data-testid="eval-panel" aria-labelledby="eval-title">

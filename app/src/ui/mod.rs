@@ -46,7 +46,10 @@ pub fn App() -> impl IntoView {
         }
     });
     let on_key = move |ev: KeyboardEvent| {
-        let i = TABS.iter().position(|t| t.0 == tab.get_untracked()).unwrap_or(0);
+        let i = TABS
+            .iter()
+            .position(|t| t.0 == tab.get_untracked())
+            .unwrap_or(0);
         let j = match ev.key().as_str() {
             "ArrowRight" => (i + 1) % TABS.len(),
             "ArrowLeft" => (i + TABS.len() - 1) % TABS.len(),

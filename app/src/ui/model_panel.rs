@@ -6,10 +6,12 @@ use web_sys::{DragEvent, File, HtmlInputElement};
 
 use super::engine::{Engine, bytes};
 use super::progress::ProgressBar;
-use crate::protocol::{DEFAULT_MMPROJ_URL, DEFAULT_TEXT_URL, Request};
+use crate::protocol::{Compute, DEFAULT_MMPROJ_URL, DEFAULT_TEXT_URL, Request};
 
 fn first_file(ev: &leptos::ev::Event) -> Option<File> {
-    event_target::<HtmlInputElement>(ev).files().and_then(|l| l.get(0))
+    event_target::<HtmlInputElement>(ev)
+        .files()
+        .and_then(|l| l.get(0))
 }
 
 /// The model panel.
@@ -25,7 +27,9 @@ pub fn ModelPanel() -> impl IntoView {
 
     let on_drop = move |ev: DragEvent| {
         ev.prevent_default();
-        let Some(list) = ev.data_transfer().and_then(|d| d.files()) else { return };
+        let Some(list) = ev.data_transfer().and_then(|d| d.files()) else {
+            return;
+        };
         for i in 0..list.length() {
             if let Some(f) = list.get(i) {
                 // mmproj files carry the word in their name in every public release.
@@ -64,6 +68,11 @@ pub fn ModelPanel() -> impl IntoView {
         <section class="card" data-testid="model-panel" aria-labelledby="model-title">
             <h2 id="model-title">"Model"</h2>
             <p class="hint">"MedGemma 4B as GGUF: the text model (e.g. medgemma-4b-it-Q4_K_M.gguf) and its vision file (mmproj-F16.gguf). Files are copied into this browser's private storage, so a reload does not lose them."</p>
+            <label>"Run the model on "
+                <select data-testid="compute" prop:value=move || engine.compute.get().key() on:change=move |ev| engine.set_compute(&event_target_value(&ev))>
+                    {Compute::ALL.iter().map(|(_, key, label)| view! { <option value=*key>{*label}</option> }).collect_view()}
+                </select>
+            </label>
             <div class="drop" on:dragover=|ev: DragEvent| ev.prevent_default() on:drop=on_drop data-testid="model-drop">
                 <label>"Text GGUF "
                     <input type="file" accept=".gguf" data-testid="model-text-input" on:change=move |ev| text.set(first_file(&ev)) />
@@ -137,6 +146,7 @@ pub fn ModelPanel() -> impl IntoView {
                         <dt>"Tensor types"</dt><dd>{c.types.iter().map(|(k, v)| format!("{k}×{v}")).collect::<Vec<_>>().join(", ")}</dd>
                         <dt>"Decoder"</dt><dd>{format!("{} layers, width {}, vocabulary {}", c.layers, c.hidden, c.vocab)}</dd>
                         <dt>"Vision"</dt><dd>{if c.vision { "yes" } else { "no (text only)" }}</dd>
+                        <dt>"Runs on"</dt><dd data-testid="model-compute">{c.compute.clone()}</dd>
                         <dt>"Load time"</dt><dd>{format!("{:.1} s", c.load_s)}</dd>
                     </dl>
                 </div>

@@ -26,12 +26,18 @@ pub fn ReportPanel() -> impl IntoView {
     let refs = StoredValue::new(refs);
     let merge_split = RwSignal::new(String::new());
     let on_merge = move |ev: leptos::ev::Event| {
-        let Some(list) = event_target::<HtmlInputElement>(&ev).files() else { return };
+        let Some(list) = event_target::<HtmlInputElement>(&ev).files() else {
+            return;
+        };
         let files: Vec<File> = (0..list.length()).filter_map(|i| list.get(i)).collect();
         let names = files.iter().map(|f| f.name()).collect();
         let split = merge_split.get_untracked();
         let split = if split.is_empty() {
-            engine.dataset.get_untracked().and_then(|d| d.splits.keys().next().cloned()).unwrap_or_default()
+            engine
+                .dataset
+                .get_untracked()
+                .and_then(|d| d.splits.keys().next().cloned())
+                .unwrap_or_default()
         } else {
             split
         };

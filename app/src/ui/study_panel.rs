@@ -74,32 +74,63 @@ pub fn StudyPanel() -> impl IntoView {
         reveal.set(false);
         engine.ask.set(AskState::default());
         engine.free.set(AskState::default());
-        engine.send(&Request::GetQuestion { split: split.get_untracked(), id });
+        engine.send(&Request::GetQuestion {
+            split: split.get_untracked(),
+            id,
+        });
     };
     // Request the pixels of each present image of the question on screen.
     Effect::new(move |_| {
         if let Some(q) = engine.question.get() {
-            let have = engine.images.with_untracked(|m| q.images.iter().filter(|i| m.contains_key(&i.path)).count());
+            let have = engine
+                .images
+                .with_untracked(|m| q.images.iter().filter(|i| m.contains_key(&i.path)).count());
             for img in q.images.iter().filter(|i| i.present) {
                 if have == 0 || !engine.images.with_untracked(|m| m.contains_key(&img.path)) {
-                    engine.send(&Request::GetImage { path: img.path.clone() });
+                    engine.send(&Request::GetImage {
+                        path: img.path.clone(),
+                    });
                 }
             }
         }
     });
     let ask = move |mode: Mode| {
-        let Some(q) = engine.question.get_untracked() else { return };
-        engine.ask.set(AskState { id: q.id.clone(), busy: true, ..Default::default() });
-        engine.send(&Request::Ask { split: q.split, id: q.id, mode, policy: policy.get_untracked(), all_images: all_images.get_untracked() });
+        let Some(q) = engine.question.get_untracked() else {
+            return;
+        };
+        engine.ask.set(AskState {
+            id: q.id.clone(),
+            busy: true,
+            ..Default::default()
+        });
+        engine.send(&Request::Ask {
+            split: q.split,
+            id: q.id,
+            mode,
+            policy: policy.get_untracked(),
+            all_images: all_images.get_untracked(),
+        });
     };
     let ask_free = move || {
-        let Some(q) = engine.question.get_untracked() else { return };
+        let Some(q) = engine.question.get_untracked() else {
+            return;
+        };
         let text = free_text.get_untracked();
         if text.trim().is_empty() {
             return;
         }
-        engine.free.set(AskState { id: "free".into(), busy: true, ..Default::default() });
-        engine.send(&Request::AskFree { split: q.split, id: q.id, text, policy: policy.get_untracked(), all_images: all_images.get_untracked() });
+        engine.free.set(AskState {
+            id: "free".into(),
+            busy: true,
+            ..Default::default()
+        });
+        engine.send(&Request::AskFree {
+            split: q.split,
+            id: q.id,
+            text,
+            policy: policy.get_untracked(),
+            all_images: all_images.get_untracked(),
+        });
     };
 
     view! {

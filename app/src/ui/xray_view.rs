@@ -11,8 +11,12 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, px: &Pixels, window: f64, level: f6
     let (w, h) = (px.width, px.height);
     canvas.set_width(w);
     canvas.set_height(h);
-    let Ok(Some(ctx)) = canvas.get_context("2d") else { return };
-    let Ok(ctx) = ctx.dyn_into::<CanvasRenderingContext2d>() else { return };
+    let Ok(Some(ctx)) = canvas.get_context("2d") else {
+        return;
+    };
+    let Ok(ctx) = ctx.dyn_into::<CanvasRenderingContext2d>() else {
+        return;
+    };
     let lo = level - window / 2.0;
     let scale = 255.0 / window.max(1.0);
     let ch = px.channels as usize;
@@ -40,14 +44,21 @@ pub fn XrayView(path: String, view_name: String) -> impl IntoView {
     let pan = RwSignal::new((0.0f64, 0.0f64));
     let drag = RwSignal::new(None::<(f64, f64)>);
     let key = path.clone();
-    let pixels = Memo::new(move |_| engine.images.with(|m| m.get(&key).map(|p| (p.width, p.height, p.bits))));
+    let pixels = Memo::new(move |_| {
+        engine
+            .images
+            .with(|m| m.get(&key).map(|p| (p.width, p.height, p.bits)))
+    });
     let p2 = path.clone();
     // Default window: the image's own min..max.
     Effect::new(move |_| {
         if pixels.get().is_some() {
             engine.images.with_untracked(|m| {
                 if let Some(p) = m.get(&p2) {
-                    let (mn, mx) = p.data.iter().fold((u16::MAX, 0u16), |(a, b), &v| (a.min(v), b.max(v)));
+                    let (mn, mx) = p
+                        .data
+                        .iter()
+                        .fold((u16::MAX, 0u16), |(a, b), &v| (a.min(v), b.max(v)));
                     let full = if p.bits == 16 { 65535.0 } else { 255.0 };
                     range.set((0.0, full));
                     window.set((mx as f64 - mn as f64).max(1.0));

@@ -504,12 +504,28 @@ fn run(cli: Cli) -> Result<(), String> {
                     "ci": [o.ci_low, o.ci_high], "failed_extractions": report.official.failed_extractions})
             );
         }
-        Command::Bench { m, prefill, decode, official_max_tokens, out } => {
+        Command::Bench {
+            m,
+            prefill,
+            decode,
+            official_max_tokens,
+            out,
+        } => {
             let t0 = Instant::now();
             let model = load_model(&m)?;
             let load_s = t0.elapsed().as_secs_f64();
-            let opts = rexvqa_engine::bench::BenchOptions { prefill_lengths: prefill, decode_tokens: decode, questions: 4, official_max_tokens };
-            let r = pollster::block_on(rexvqa_engine::bench::run(&model, &opts, &Wall(Instant::now()))).map_err(|e| e.to_string())?;
+            let opts = rexvqa_engine::bench::BenchOptions {
+                prefill_lengths: prefill,
+                decode_tokens: decode,
+                questions: 4,
+                official_max_tokens,
+            };
+            let r = pollster::block_on(rexvqa_engine::bench::run(
+                &model,
+                &opts,
+                &Wall(Instant::now()),
+            ))
+            .map_err(|e| e.to_string())?;
             let json = serde_json::json!({
                 "engine": format!("rexvqa {}", env!("CARGO_PKG_VERSION")),
                 "backend": format!("{:?}", m.backend).to_lowercase(),
@@ -525,15 +541,27 @@ fn run(cli: Cli) -> Result<(), String> {
                 write(&p, &text)?;
             }
         }
-        Command::SynthModel { out, tokenizer_from, seed } => {
+        Command::SynthModel {
+            out,
+            tokenizer_from,
+            seed,
+        } => {
             use rexvqa_engine::model::synthetic as syn;
             let mut src = FileSource::open(&tokenizer_from).map_err(|e| err(&tokenizer_from, e))?;
             let tok = Gguf::read(&mut src).map_err(|e| err(&tokenizer_from, e))?;
             std::fs::create_dir_all(&out).map_err(|e| err(&out, e))?;
             let s = syn::Shapes::medgemma_4b();
             for (name, meta, tensors) in [
-                ("medgemma-4b-synthetic-Q4_K_M.gguf", syn::text_metadata(&s, &tok), syn::text_tensors(&s)),
-                ("mmproj-medgemma-4b-synthetic-F16.gguf", syn::mmproj_metadata(&s), syn::mmproj_tensors(&s)),
+                (
+                    "medgemma-4b-synthetic-Q4_K_M.gguf",
+                    syn::text_metadata(&s, &tok),
+                    syn::text_tensors(&s),
+                ),
+                (
+                    "mmproj-medgemma-4b-synthetic-F16.gguf",
+                    syn::mmproj_metadata(&s),
+                    syn::mmproj_tensors(&s),
+                ),
             ] {
                 let path = out.join(name);
                 let f = std::fs::File::create(&path).map_err(|e| err(&path, e))?;

@@ -9,7 +9,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use super::ModelError;
 use super::config::TextConfig;
 use super::load::Loader;
-use super::nn::{apply_rope, attention, expand_kv, gelu_tanh, rms_norm, rope_tables};
+use super::nn::{apply_rope, attention, gelu_tanh, rms_norm, rope_tables};
 use crate::gguf::RangeSource;
 use crate::quant::ops::QMatrix;
 use crate::tokenizer::ids;
@@ -159,13 +159,7 @@ impl Layer {
         };
         *cache = Some((k.clone(), v.clone()));
         let g = c.heads / c.kv_heads;
-        let a = attention(
-            q,
-            expand_kv(k, g),
-            expand_kv(v, g),
-            Some(mask.clone()),
-            c.attn_scale,
-        );
+        let a = attention(q, k, v, Some(mask.clone()), g, c.attn_scale);
         let a = a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]);
         let h = x + rms_norm(self.attn_output.matmul(a), &self.post_attention_norm, c.eps);
         let hn = rms_norm(h.clone(), &self.ffn_norm, c.eps);

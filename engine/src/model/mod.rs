@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod decoder;
+pub mod fused;
 pub mod load;
 pub mod nn;
 pub mod synthetic;

@@ -33,13 +33,29 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 /// well under a storage-buffer binding (128 MiB on many WebGPU adapters).
 const SCORE_BLOCK_BYTES: usize = 32 << 20;
 
-/// Scaled dot-product attention with an optional additive mask.
+/// Scaled dot-product attention with an optional additive mask: the fused kernel on GPU
+/// devices, blocked GEMMs on the CPU.
 ///
 /// # Shapes
-/// - `q`: `[heads, t, d]`, `k`, `v`: `[heads, s, d]` (KV heads already expanded)
+/// - `q`: `[heads, t, d]`, `k`, `v`: `[heads / groups, s, d]`
 /// - `mask`: `[t, s]` with 0 or −∞
 /// - returns `[heads, t, d]`
 pub fn attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    mask: Option<Tensor<2>>,
+    groups: usize,
+    scale: f32,
+) -> Tensor<3> {
+    if super::fused::is_supported(&q.device()) {
+        return super::fused::attention(q, k, v, mask, groups, scale);
+    }
+    blocked_attention(q, expand_kv(k, groups), expand_kv(v, groups), mask, scale)
+}
+
+/// Attention through materialised scores, `rows` queries at a time (KV heads expanded).
+pub fn blocked_attention(
     q: Tensor<3>,
     k: Tensor<3>,
     v: Tensor<3>,

@@ -60,7 +60,7 @@ impl Shapes {
 /// ref: llama.cpp src/llama-quant.cpp `use_more_bits`: Q4_K_M gives these layers Q6_K for
 /// `attn_v` and `ffn_down` (17 of MedGemma's 34).
 pub fn use_more_bits(i: u64, n: u64) -> bool {
-    i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2)
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
 }
 
 fn spec(name: String, dims: Vec<u64>, ty: GgmlType) -> TensorSpec {
@@ -70,10 +70,18 @@ fn spec(name: String, dims: Vec<u64>, ty: GgmlType) -> TensorSpec {
 /// The text GGUF's tensors with the Q4_K_M mix.
 pub fn text_tensors(s: &Shapes) -> Vec<TensorSpec> {
     let (h, q, kv) = (s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim);
-    let mut v = vec![spec("token_embd.weight".into(), vec![h, s.vocab], GgmlType::Q6_K)];
+    let mut v = vec![spec(
+        "token_embd.weight".into(),
+        vec![h, s.vocab],
+        GgmlType::Q6_K,
+    )];
     for i in 0..s.layers {
         let n = |x: &str| format!("blk.{i}.{x}");
-        let more = if use_more_bits(i, s.layers) { GgmlType::Q6_K } else { GgmlType::Q4_K };
+        let more = if use_more_bits(i, s.layers) {
+            GgmlType::Q6_K
+        } else {
+            GgmlType::Q4_K
+        };
         v.extend([
             spec(n("attn_norm.weight"), vec![h], GgmlType::F32),
             spec(n("attn_q.weight"), vec![h, q], GgmlType::Q4_K),
@@ -98,14 +106,33 @@ pub fn text_tensors(s: &Shapes) -> Vec<TensorSpec> {
 pub fn mmproj_tensors(s: &Shapes) -> Vec<TensorSpec> {
     let (h, f) = (s.v_hidden, s.v_ffn);
     let mut v = vec![
-        spec("v.patch_embd.weight".into(), vec![14, 14, 3, h], GgmlType::F32),
+        spec(
+            "v.patch_embd.weight".into(),
+            vec![14, 14, 3, h],
+            GgmlType::F32,
+        ),
         spec("v.patch_embd.bias".into(), vec![h], GgmlType::F32),
-        spec("v.position_embd.weight".into(), vec![h, 4096], GgmlType::F32),
+        spec(
+            "v.position_embd.weight".into(),
+            vec![h, 4096],
+            GgmlType::F32,
+        ),
     ];
     for i in 0..s.v_layers {
         let n = |x: &str| format!("v.blk.{i}.{x}");
-        for (name, rows, cols) in [("attn_q", h, h), ("attn_k", h, h), ("attn_v", h, h), ("attn_out", h, h), ("ffn_up", f, h), ("ffn_down", h, f)] {
-            v.push(spec(n(&format!("{name}.weight")), vec![cols, rows], GgmlType::F16));
+        for (name, rows, cols) in [
+            ("attn_q", h, h),
+            ("attn_k", h, h),
+            ("attn_v", h, h),
+            ("attn_out", h, h),
+            ("ffn_up", f, h),
+            ("ffn_down", h, f),
+        ] {
+            v.push(spec(
+                n(&format!("{name}.weight")),
+                vec![cols, rows],
+                GgmlType::F16,
+            ));
             v.push(spec(n(&format!("{name}.bias")), vec![rows], GgmlType::F32));
         }
         for ln in ["ln1", "ln2"] {
@@ -117,7 +144,11 @@ pub fn mmproj_tensors(s: &Shapes) -> Vec<TensorSpec> {
         spec("v.post_ln.weight".into(), vec![h], GgmlType::F32),
         spec("v.post_ln.bias".into(), vec![h], GgmlType::F32),
         spec("mm.soft_emb_norm.weight".into(), vec![h], GgmlType::F32),
-        spec("mm.input_projection.weight".into(), vec![s.hidden, h], GgmlType::F16),
+        spec(
+            "mm.input_projection.weight".into(),
+            vec![s.hidden, h],
+            GgmlType::F16,
+        ),
     ]);
     v
 }
@@ -130,17 +161,29 @@ fn kv(k: &str, v: Value) -> (String, Value) {
 pub fn text_metadata(s: &Shapes, tokenizer: &Gguf) -> Vec<(String, Value)> {
     let mut m = vec![
         kv("general.architecture", Value::String("gemma3".into())),
-        kv("general.name", Value::String("synthetic MedGemma-shaped model (random weights)".into())),
+        kv(
+            "general.name",
+            Value::String("synthetic MedGemma-shaped model (random weights)".into()),
+        ),
         kv("gemma3.context_length", Value::U32(131_072)),
         kv("gemma3.embedding_length", Value::U32(s.hidden as u32)),
         kv("gemma3.block_count", Value::U32(s.layers as u32)),
         kv("gemma3.feed_forward_length", Value::U32(s.ffn as u32)),
         kv("gemma3.attention.head_count", Value::U32(s.heads as u32)),
-        kv("gemma3.attention.head_count_kv", Value::U32(s.kv_heads as u32)),
+        kv(
+            "gemma3.attention.head_count_kv",
+            Value::U32(s.kv_heads as u32),
+        ),
         kv("gemma3.attention.key_length", Value::U32(s.head_dim as u32)),
-        kv("gemma3.attention.value_length", Value::U32(s.head_dim as u32)),
+        kv(
+            "gemma3.attention.value_length",
+            Value::U32(s.head_dim as u32),
+        ),
         kv("gemma3.attention.layer_norm_rms_epsilon", Value::F32(1e-6)),
-        kv("gemma3.attention.sliding_window", Value::U32(s.window as u32)),
+        kv(
+            "gemma3.attention.sliding_window",
+            Value::U32(s.window as u32),
+        ),
         kv("gemma3.rope.freq_base", Value::F32(1e6)),
         kv("gemma3.rope.freq_base_swa", Value::F32(1e4)),
         kv("gemma3.rope.scaling.type", Value::String("linear".into())),
@@ -166,14 +209,29 @@ pub fn mmproj_metadata(s: &Shapes) -> Vec<(String, Value)> {
         kv("clip.has_vision_encoder", Value::Bool(true)),
         kv("clip.vision.image_size", Value::U32(896)),
         kv("clip.vision.patch_size", Value::U32(14)),
-        kv("clip.vision.embedding_length", Value::U32(s.v_hidden as u32)),
-        kv("clip.vision.feed_forward_length", Value::U32(s.v_ffn as u32)),
+        kv(
+            "clip.vision.embedding_length",
+            Value::U32(s.v_hidden as u32),
+        ),
+        kv(
+            "clip.vision.feed_forward_length",
+            Value::U32(s.v_ffn as u32),
+        ),
         kv("clip.vision.block_count", Value::U32(s.v_layers as u32)),
-        kv("clip.vision.attention.head_count", Value::U32(s.v_heads as u32)),
+        kv(
+            "clip.vision.attention.head_count",
+            Value::U32(s.v_heads as u32),
+        ),
         kv("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6)),
         kv("clip.vision.projection_dim", Value::U32(s.hidden as u32)),
-        kv("clip.vision.image_mean", Value::Array(Array::F32(vec![0.5; 3]))),
-        kv("clip.vision.image_std", Value::Array(Array::F32(vec![0.5; 3]))),
+        kv(
+            "clip.vision.image_mean",
+            Value::Array(Array::F32(vec![0.5; 3])),
+        ),
+        kv(
+            "clip.vision.image_std",
+            Value::Array(Array::F32(vec![0.5; 3])),
+        ),
         kv("clip.use_gelu", Value::Bool(true)),
     ]
 }
@@ -192,7 +250,13 @@ pub fn write(
         let n: u64 = t.dims.iter().product();
         buf.clear();
         if t.ty == GgmlType::F32 && t.dims.len() == 1 {
-            let base = if t.name.ends_with("norm.weight") || t.name.contains(".ln") && t.name.ends_with("weight") { 1.0 } else { 0.0 };
+            let base = if t.name.ends_with("norm.weight")
+                || t.name.contains(".ln") && t.name.ends_with("weight")
+            {
+                1.0
+            } else {
+                0.0
+            };
             let mut rng = crate::rng::SplitMix64::new(seed ^ i as u64);
             for _ in 0..n {
                 buf.extend_from_slice(&(base + 0.05 * (rng.unit_f32() - 0.5)).to_le_bytes());
@@ -233,11 +297,17 @@ mod tests {
         assert_eq!((0..34).filter(|&i| use_more_bits(i, 34)).count(), 17);
         let s = Shapes::medgemma_4b();
         let t = text_tensors(&s);
-        let bytes: u64 = t.iter().map(|t| t.ty.bytes_for(t.dims.iter().product()).unwrap()).sum();
+        let bytes: u64 = t
+            .iter()
+            .map(|t| t.ty.bytes_for(t.dims.iter().product()).unwrap())
+            .sum();
         // A stock MedGemma 4B Q4_K_M text GGUF is ~2.5 GB.
         assert!((2.3e9..2.6e9).contains(&(bytes as f64)), "{bytes}");
         let m = mmproj_tensors(&s);
-        let mbytes: u64 = m.iter().map(|t| t.ty.bytes_for(t.dims.iter().product()).unwrap()).sum();
+        let mbytes: u64 = m
+            .iter()
+            .map(|t| t.ty.bytes_for(t.dims.iter().product()).unwrap())
+            .sum();
         assert!((0.8e9..0.9e9).contains(&(mbytes as f64)), "{mbytes}");
     }
 

@@ -169,6 +169,7 @@ impl Vision {
                 split(&layer.attn_k),
                 split(&layer.attn_v),
                 None,
+                1,
                 1.0 / (hd as f32).sqrt(),
             );
             x = x + linear(a.swap_dims(0, 1).reshape([n, h]), &layer.attn_out);

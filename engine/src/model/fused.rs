@@ -1,0 +1,334 @@
+//! Fused attention for the GPU backends: one pass over the keys with an online softmax
+//! (flash-attention style), so the `[heads, t, s]` score matrix never exists in memory.
+//!
+//! Why: the vision tower attends 4096 patches to 4096 patches; materialised scores take
+//! 1 GiB for MedGemma's 16 heads (beyond a WebGPU binding) and, blocked, cost a matmul, a
+//! mask add, a three-pass softmax and a second matmul per block. Here each invocation owns one
+//! query row of one head, keys and values are staged through workgroup memory in tiles, and
+//! grouped-query heads read their KV head directly (no `repeat_kv` copy). The CPU keeps the
+//! blocked GEMM path in [`super::nn`], which is faster there.
+
+// CubeCL needs a variable declared before runtime branches assign it.
+#![allow(unused_assignments)]
+
+use burn::backend::backend_extension;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Dispatch, Flex};
+use burn::tensor::{DType, Tensor as BurnTensor};
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
+
+/// Query rows per workgroup.
+const WORKGROUP: u32 = 64;
+
+/// Workgroup memory for one K tile and one V tile stays under WebGPU's default 16 KiB limit.
+const TILE_FLOATS: usize = 1920;
+
+/// Additive mask values at or below this are "masked" (the masks hold 0 or −∞).
+const MASKED: f32 = -1.0e30;
+
+/// Loops over the head size are unrolled: besides keeping `q` and the accumulator in
+/// registers, this keeps an invocation under llvmpipe's budget of 65535 loop iterations per
+/// shader invocation (lavapipe silently stops a loop there; gallivm LP_MAX_TGSI_LOOP_ITERATIONS),
+/// which a loop over 4096 keys × 48 channels would exceed.
+///
+/// `out[h, i] = Σ_j softmax_j(scale · q[h,i]·k[g,j] + mask[i,j]) · v[g,j]` with `g = h / groups`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn attention_kernel(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    mask: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    t: u32,
+    s: u32,
+    groups: u32,
+    scale: f32,
+    #[comptime] d: usize,
+    #[comptime] tile: usize,
+    #[comptime] has_mask: bool,
+) {
+    let h = CUBE_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let threads = CUBE_DIM_X as usize;
+    let i = CUBE_POS_X as usize * threads + lane;
+    let t = t as usize;
+    let s = s as usize;
+    // Rows past the end still help stage tiles, so every invocation reaches every barrier.
+    let active = i < t;
+    let mut row = 0usize;
+    if active {
+        row = i;
+    }
+    let kv_base = (h / groups as usize) * s * d;
+    let q_base = (h * t + row) * d;
+    let mut qv = Array::<f32>::new(d);
+    let mut acc = Array::<f32>::new(d);
+    #[unroll]
+    for c in 0..d {
+        qv[c] = q[q_base + c];
+        acc[c] = 0.0f32;
+    }
+    // K tile then V tile in one workgroup array.
+    let mut kvs = Shared::<[f32]>::new_slice(2 * tile * d);
+    // Running maximum (a finite sentinel: WGSL has no −∞ literal) and softmax denominator.
+    let mut m = f32::new(-3.0e38);
+    let mut l = 0.0f32;
+    let mut j0 = 0usize;
+    while j0 < s {
+        // The tile is rows j0.. of K and V, contiguous in memory.
+        let tile_base = kv_base + j0 * d;
+        let tile_end = kv_base + s * d;
+        let mut e = lane;
+        while e < tile * d {
+            if tile_base + e < tile_end {
+                kvs[e] = k[tile_base + e];
+                kvs[tile * d + e] = v[tile_base + e];
+            }
+            e += threads;
+        }
+        sync_cube();
+        if active {
+            for jj in 0..tile {
+                let j = j0 + jj;
+                if j < s {
+                    let mut dot = 0.0f32;
+                    #[unroll]
+                    for c in 0..d {
+                        dot += qv[c] * kvs[jj * d + c];
+                    }
+                    let mut score = dot * scale;
+                    let mut keep = true;
+                    if comptime!(has_mask) {
+                        let mv = mask[row * s + j];
+                        keep = mv > MASKED;
+                        score += mv;
+                    }
+                    if keep {
+                        let mn = max(m, score);
+                        let corr = (m - mn).exp();
+                        let p = (score - mn).exp();
+                        l = l * corr + p;
+                        #[unroll]
+                        for c in 0..d {
+                            acc[c] = acc[c] * corr + p * kvs[tile * d + jj * d + c];
+                        }
+                        m = mn;
+                    }
+                }
+            }
+        }
+        sync_cube();
+        j0 += tile;
+    }
+    if active {
+        let o_base = (h * t + i) * d;
+        #[unroll]
+        for c in 0..d {
+            out[o_base + c] = acc[c] / l;
+        }
+    }
+}
+
+/// Attention as one fused kernel (GPU backends only; see [`is_supported`]).
+#[backend_extension(Cube, Flex)]
+pub trait AttentionOps: burn::backend::Backend {
+    /// `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, `mask` `[t, s]` (0 or −∞) →
+    /// `[heads, t, d]`.
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        has_mask: bool,
+        groups: usize,
+        scale: f32,
+    ) -> FloatTensor<Self>;
+}
+
+impl AttentionOps for Flex {
+    fn fused_attention(
+        _q: FloatTensor<Self>,
+        _k: FloatTensor<Self>,
+        _v: FloatTensor<Self>,
+        _mask: FloatTensor<Self>,
+        _has_mask: bool,
+        _groups: usize,
+        _scale: f32,
+    ) -> FloatTensor<Self> {
+        unreachable!("the CPU uses the blocked GEMM attention (nn::attention checks the device)")
+    }
+}
+
+impl AttentionOps for CubeBackend {
+    fn fused_attention(
+        q: CubeTensor,
+        k: CubeTensor,
+        v: CubeTensor,
+        mask: CubeTensor,
+        has_mask: bool,
+        groups: usize,
+        scale: f32,
+    ) -> CubeTensor {
+        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
+        let [heads, t, d] = q.meta.shape().dims::<3>();
+        let s = k.meta.shape().dims::<3>()[1];
+        let client = q.client.clone();
+        let out = empty_device_dtype(
+            client.clone(),
+            q.device.clone(),
+            [heads, t, d].into(),
+            DType::F32,
+        );
+        let mask = into_contiguous(mask);
+        let cube_count =
+            cubecl::CubeCount::Static(t.div_ceil(WORKGROUP as usize) as u32, heads as u32, 1);
+        attention_kernel::launch(
+            &client,
+            cube_count,
+            cubecl::CubeDim::new_1d(WORKGROUP),
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            mask.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            t as u32,
+            s as u32,
+            groups as u32,
+            scale,
+            d,
+            (TILE_FLOATS / d).clamp(1, 32),
+            has_mask,
+        );
+        out
+    }
+}
+
+/// Whether tensors on this device take the fused kernel (GPU) or the blocked path (CPU).
+pub fn is_supported(device: &burn::tensor::Device) -> bool {
+    *device != burn::tensor::Device::flex()
+}
+
+/// Fused attention: `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, additive `mask [t, s]`.
+pub fn attention(
+    q: BurnTensor<3>,
+    k: BurnTensor<3>,
+    v: BurnTensor<3>,
+    mask: Option<BurnTensor<2>>,
+    groups: usize,
+    scale: f32,
+) -> BurnTensor<3> {
+    let has_mask = mask.is_some();
+    // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.
+    let mask = mask.map_or_else(|| q.clone().into_dispatch(), |m| m.into_dispatch());
+    BurnTensor::<3>::from_dispatch(<Dispatch as AttentionOps>::fused_attention(
+        q.into_dispatch(),
+        k.into_dispatch(),
+        v.into_dispatch(),
+        mask,
+        has_mask,
+        groups,
+        scale,
+    ))
+}
+
+/// `(heads, groups, t, s, d)`: query heads, query heads per KV head, queries, keys, head size.
+pub type Shape = (usize, usize, usize, usize, usize);
+
+/// Conformance cases, with a window: SigLIP's head size (d 72, several workgroups), grouped
+/// query heads with a sliding window, one decode row, Gemma 3 4B's head size, a key count that
+/// is not a multiple of the tile, and the vision tower's 4096 keys (long loops).
+pub const CASES: [(Shape, Option<usize>); 6] = [
+    ((2, 1, 300, 300, 72), None),
+    ((4, 2, 70, 100, 32), Some(40)),
+    ((8, 2, 1, 97, 256), Some(1000)),
+    ((2, 2, 33, 33, 256), Some(33)),
+    ((3, 1, 65, 130, 48), None),
+    ((1, 1, 130, 4096, 48), None),
+];
+
+/// Largest accepted difference from the f64 evaluation: f32 dot products of ≤256 terms and
+/// ≤300-term weighted sums of values in [-1, 1] stay well inside it.
+pub const TOLERANCE: f64 = 2e-6;
+
+/// A shared conformance check (native wgpu and WebGPU tests): fused attention on `device`
+/// against an f64 evaluation of the same inputs, optionally with a causal sliding-window mask
+/// of width `window`. Returns the largest absolute difference.
+pub async fn max_error_vs_f64(
+    device: &burn::tensor::Device,
+    (heads, groups, t, s, d): Shape,
+    window: Option<usize>,
+    seed: u64,
+) -> Result<f64, super::ModelError> {
+    use burn::tensor::TensorData;
+    let mut rng = crate::rng::SplitMix64::new(seed);
+    let mut fill = |n: usize| -> Vec<f32> { (0..n).map(|_| 2.0 * rng.unit_f32() - 1.0).collect() };
+    let kv = heads / groups;
+    let (q, k, v) = (fill(heads * t * d), fill(kv * s * d), fill(kv * s * d));
+    // Queries sit at the last t of s positions, as in a prefill after cached tokens.
+    let visible = |i: usize, j: usize| match window {
+        Some(w) => j <= i + (s - t) && j + w > i + (s - t),
+        None => true,
+    };
+    let mask: Vec<f32> = (0..t * s)
+        .map(|x| {
+            if visible(x / s, x % s) {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    // Scores of a few units, like real attention after the query/key norms.
+    let scale = 3.0 / (d as f32).sqrt();
+    let tensor = |x: &[f32], shape: [usize; 3]| {
+        BurnTensor::<3>::from_data(TensorData::new(x.to_vec(), shape), device)
+    };
+    let out = attention(
+        tensor(&q, [heads, t, d]),
+        tensor(&k, [kv, s, d]),
+        tensor(&v, [kv, s, d]),
+        window.map(|_| BurnTensor::<2>::from_data(TensorData::new(mask.clone(), [t, s]), device)),
+        groups,
+        scale,
+    );
+    let got = super::nn::read_f32(out).await?;
+    let mut worst = 0f64;
+    for h in 0..heads {
+        let g = h / groups;
+        for i in 0..t {
+            let qi = &q[(h * t + i) * d..(h * t + i + 1) * d];
+            let scores: Vec<Option<f64>> = (0..s)
+                .map(|j| {
+                    visible(i, j).then(|| {
+                        let kj = &k[(g * s + j) * d..(g * s + j + 1) * d];
+                        qi.iter()
+                            .zip(kj)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                            * scale as f64
+                    })
+                })
+                .collect();
+            let max = scores
+                .iter()
+                .flatten()
+                .fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+            let weights: Vec<f64> = scores
+                .iter()
+                .map(|x| x.map_or(0.0, |x| (x - max).exp()))
+                .collect();
+            let total: f64 = weights.iter().sum();
+            for c in 0..d {
+                let want: f64 = (0..s)
+                    .map(|j| weights[j] * v[(g * s + j) * d + c] as f64)
+                    .sum::<f64>()
+                    / total;
+                worst = worst.max((got[(h * t + i) * d + c] as f64 - want).abs());
+            }
+        }
+    }
+    Ok(worst)
+}
