@@ -48,7 +48,7 @@ pub fn attention(
     groups: usize,
     scale: f32,
 ) -> Tensor<3> {
-    if super::fused::is_supported(&q.device()) {
+    if super::fused::is_supported(&q.device(), q.dims()[2]) {
         return super::fused::attention(q, k, v, mask, groups, scale);
     }
     blocked_attention(q, expand_kv(k, groups), expand_kv(v, groups), mask, scale)
