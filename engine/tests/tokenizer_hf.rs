@@ -1,5 +1,6 @@
 //! The GGUF-built tokenizer against the Hugging Face Gemma 3 tokenizer on 10,000 strings
-//! (golden ids from tests/reference/tokenizer_golden.py).
+//! (golden ids from tests/reference/tokenizer_golden.py) and against llama.cpp's tokeniser
+//! (tests/reference/tokenizer_llamacpp.py).
 
 mod common;
 
@@ -50,4 +51,53 @@ fn decode_inverts_encode() {
         let text = row["text"].as_str().unwrap();
         assert_eq!(tok.decode(&tok.encode(text, false, true), false), text);
     }
+}
+
+/// llama.cpp's own tokenisation (add_special and parse_special on) of 2,000 of those strings
+/// (tests/reference/tokenizer_llamacpp.py): the library and `rexvqa tokenize` give the same ids.
+#[test]
+fn ids_and_cli_equal_llama_cpp_with_special_tokens() {
+    let model = common::gemma270m();
+    let mut src = FileSource::open(&model).unwrap();
+    let tok = Tokenizer::from_gguf(&Gguf::read(&mut src).unwrap()).unwrap();
+    let rows = common::golden_jsonl_gz("tokenizer_llamacpp.jsonl.gz");
+    assert_eq!(rows.len(), 2_000);
+    let want = |row: &serde_json::Value| -> Vec<u32> {
+        row["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let differ: Vec<usize> = (0..rows.len())
+        .filter(|&i| tok.encode(rows[i]["text"].as_str().unwrap(), true, true) != want(&rows[i]))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} strings differ, first #{:?}",
+        differ.len(),
+        differ.first()
+    );
+    // The CLI on one string of each kind.
+    let mut kinds = std::collections::BTreeSet::new();
+    for row in rows
+        .iter()
+        .filter(|r| kinds.insert(r["kind"].as_str().unwrap().to_string()))
+    {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rexvqa"))
+            .args(["tokenize", "--json", "--model"])
+            .arg(&model)
+            .args(["--text", row["text"].as_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(got["ids"], row["ids"], "{}", row["kind"]);
+    }
+    assert!(kinds.len() >= 8, "kinds covered: {kinds:?}");
 }
