@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use rexvqa_engine::eval::{Answer, EvalReport, Settings};
 use rexvqa_engine::image::Policy;
+use rexvqa_engine::quiz::{Quiz, QuizReport, QuizResults, QuizSettings, ReaderStudy};
 use rexvqa_engine::rexvqa::{Letter, Scope, SplitSummary};
 use rexvqa_engine::session::Mode;
 use serde::{Deserialize, Serialize};
@@ -141,6 +142,47 @@ pub enum Request {
         run_id: String,
         /// leaderboard, csv, markdown or report.
         format: String,
+    },
+    /// Draw a quiz from an open split.
+    MakeQuiz {
+        /// Split name.
+        split: String,
+        /// How to draw it.
+        settings: QuizSettings,
+    },
+    /// Open a shared quiz file (its text) against an open split.
+    OpenQuiz {
+        /// Split name.
+        split: String,
+        /// The quiz file.
+        json: String,
+    },
+    /// Keep the quiz in progress in browser storage (results JSON and the current case).
+    SaveQuiz {
+        /// The results so far.
+        results: QuizResults,
+        /// Index of the case on screen.
+        position: usize,
+    },
+    /// Read the quiz in progress back, if any.
+    LoadQuiz,
+    /// Forget the quiz in progress.
+    ClearQuiz,
+    /// Score a student's results; `export` = "csv", "markdown" or "json" also saves that file.
+    QuizReport {
+        /// Split name.
+        split: String,
+        /// The results.
+        results: QuizResults,
+        /// Also save this export.
+        export: Option<String>,
+    },
+    /// Merge several students' result files (name, text) into a reader-study table.
+    ReaderStudy {
+        /// Split name.
+        split: String,
+        /// (file name, JSON text).
+        files: Vec<(String, String)>,
     },
     /// Merge the attached leaderboard prediction files (shards) against a split.
     MergeShards {
@@ -467,6 +509,17 @@ pub enum Event {
         /// The answer.
         answer: Answer,
     },
+    /// A quiz ready to take.
+    Quiz(Quiz),
+    /// The quiz in progress read back from storage (none if there is none).
+    SavedQuiz {
+        /// Results so far and the current case.
+        saved: Option<(QuizResults, usize)>,
+    },
+    /// A student's scored results.
+    QuizReport(Box<QuizReport>),
+    /// A reader-study table.
+    ReaderStudy(ReaderStudy),
     /// Progress of the running evaluation.
     EvalProgress(EvalProgress),
     /// A report (of a finished run, a partial run, or merged shards).

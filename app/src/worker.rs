@@ -117,6 +117,13 @@ async fn runs_dir() -> Result<Dir, String> {
     opfs_root().await?.dir("runs", true).await
 }
 
+/// The quiz in progress: `(results, current case)` as JSON.
+const QUIZ_FILE: &str = "current.json";
+
+async fn quiz_dir() -> Result<Dir, String> {
+    opfs_root().await?.dir("quizzes", true).await
+}
+
 /// A storage-safe file name.
 fn safe_name(name: &str) -> String {
     let n: String = name
@@ -1109,6 +1116,87 @@ async fn handle(req: Request, attached: Vec<File>) {
                 });
             }
             Request::Export { run_id, format } => post(&export(&run_id, &format).await?),
+            Request::MakeQuiz {
+                split: name,
+                settings,
+            } => {
+                let quiz = rexvqa_engine::quiz::make_quiz(&*split(&name)?, &settings)
+                    .map_err(|e| e.to_string())?;
+                post(&Event::Quiz(quiz));
+            }
+            Request::OpenQuiz { split: name, json } => {
+                let quiz = rexvqa_engine::quiz::Quiz::open(&json, &*split(&name)?)
+                    .map_err(|e| e.to_string())?;
+                post(&Event::Quiz(quiz));
+            }
+            Request::SaveQuiz { results, position } => {
+                let text =
+                    serde_json::to_string(&(results, position)).map_err(|e| e.to_string())?;
+                quiz_dir().await?.write_text(QUIZ_FILE, &text).await?;
+            }
+            Request::LoadQuiz => {
+                let dir = quiz_dir().await?;
+                let saved = if dir.has_file(QUIZ_FILE).await {
+                    // A damaged file is dropped rather than blocking the panel.
+                    serde_json::from_str(&dir.read_text(QUIZ_FILE).await?).ok()
+                } else {
+                    None
+                };
+                post(&Event::SavedQuiz { saved });
+            }
+            Request::ClearQuiz => {
+                let dir = quiz_dir().await?;
+                if dir.has_file(QUIZ_FILE).await {
+                    dir.remove(QUIZ_FILE).await?;
+                }
+            }
+            Request::QuizReport {
+                split: name,
+                results,
+                export,
+            } => {
+                use rexvqa_engine::quiz;
+                let s = split(&name)?;
+                let report = quiz::report(&s, &results).map_err(|e| e.to_string())?;
+                let stem = format!(
+                    "quiz-{}-{}",
+                    safe_name(if results.reader.is_empty() {
+                        "reader"
+                    } else {
+                        &results.reader
+                    }),
+                    results.quiz.settings.seed
+                );
+                let file = match export.as_deref() {
+                    Some("csv") => {
+                        Some((format!("{stem}.csv"), "text/csv", quiz::csv(&s, &results)))
+                    }
+                    Some("markdown") => Some((
+                        format!("{stem}.md"),
+                        "text/markdown",
+                        quiz::markdown(&report, &results),
+                    )),
+                    Some("json") => Some((
+                        format!("{stem}.json"),
+                        "application/json",
+                        serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?,
+                    )),
+                    _ => None,
+                };
+                if let Some((name, mime, text)) = file {
+                    post(&Event::Export {
+                        name,
+                        mime: mime.into(),
+                        text,
+                    });
+                }
+                post(&Event::QuizReport(Box::new(report)));
+            }
+            Request::ReaderStudy { split: name, files } => {
+                let study = rexvqa_engine::quiz::reader_study(&*split(&name)?, &files)
+                    .map_err(|e| e.to_string())?;
+                post(&Event::ReaderStudy(study));
+            }
             Request::MergeShards { split, names } => post(&merge(&split, names, attached).await?),
             Request::DeleteRun { run_id } => {
                 let dir = runs_dir().await?;

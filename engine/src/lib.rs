@@ -8,6 +8,7 @@ pub mod gguf;
 pub mod image;
 pub mod model;
 pub mod quant;
+pub mod quiz;
 pub mod rexvqa;
 pub mod rng;
 pub mod score;

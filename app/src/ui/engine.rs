@@ -7,6 +7,7 @@ use std::rc::Rc;
 use js_sys::{Array, Object, Reflect};
 use leptos::prelude::*;
 use rexvqa_engine::eval::{Answer, EvalReport};
+use rexvqa_engine::quiz::{Quiz, QuizReport, QuizResults, ReaderStudy};
 use rexvqa_engine::rexvqa::Letter;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -111,6 +112,14 @@ pub struct Engine {
     pub eval: RwSignal<Option<EvalProgress>>,
     /// The last report: (run id, report, questions missing from merged shards).
     pub report: RwSignal<Option<(String, EvalReport, usize)>>,
+    /// A quiz just drawn or opened, to start.
+    pub quiz: RwSignal<Option<Quiz>>,
+    /// The quiz in progress found in storage: (results, current case).
+    pub saved_quiz: RwSignal<Option<(QuizResults, usize)>>,
+    /// The scored results of the quiz taken.
+    pub quiz_report: RwSignal<Option<QuizReport>>,
+    /// A reader-study table from merged result files.
+    pub reader_study: RwSignal<Option<ReaderStudy>>,
     /// Errors to show, newest last.
     pub errors: RwSignal<Vec<String>>,
     /// Whether a request that blocks a panel is in flight (e.g. opening a dataset).
@@ -157,6 +166,10 @@ impl Engine {
             free: RwSignal::new(AskState::default()),
             eval: RwSignal::new(None),
             report: RwSignal::new(None),
+            quiz: RwSignal::new(None),
+            saved_quiz: RwSignal::new(None),
+            quiz_report: RwSignal::new(None),
+            reader_study: RwSignal::new(None),
             errors: RwSignal::new(Vec::new()),
             busy: RwSignal::new(None),
         };
@@ -225,6 +238,16 @@ impl Engine {
         self.send_with(req, &[]);
     }
 
+    /// Offers `text` to the user as a file download.
+    pub fn download(&self, name: &str, mime: &str, text: &str) {
+        if let Err(e) = save(name, mime, text) {
+            self.error(format!(
+                "saving {name} failed: {}",
+                crate::gpu::describe(&e)
+            ));
+        }
+    }
+
     /// Changes where the next model load runs, and remembers it across reloads.
     pub fn set_compute(&self, key: &str) {
         let Some(c) = Compute::from_key(key) else {
@@ -245,6 +268,7 @@ impl Engine {
                 });
                 self.send(&Request::ProbeGpu);
                 self.send(&Request::ListCache);
+                self.send(&Request::LoadQuiz);
             }
             Event::Gpu(r) => self.gpu.set(GpuState::Ready(r)),
             Event::GpuUnavailable { reason } => self.gpu.set(GpuState::Unavailable(reason)),
@@ -327,6 +351,10 @@ impl Engine {
                     a.answer = Some(answer);
                 });
             }
+            Event::Quiz(q) => self.quiz.set(Some(q)),
+            Event::SavedQuiz { saved } => self.saved_quiz.set(saved),
+            Event::QuizReport(r) => self.quiz_report.set(Some(*r)),
+            Event::ReaderStudy(r) => self.reader_study.set(Some(r)),
             Event::EvalProgress(p) => {
                 let finished = p.state != "running" && p.state != "paused";
                 self.eval.set(Some(p));

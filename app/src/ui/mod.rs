@@ -8,6 +8,7 @@ mod eval_panel;
 mod gpu_panel;
 mod model_panel;
 mod progress;
+mod quiz_panel;
 mod report_panel;
 mod study_panel;
 mod xray_view;
@@ -21,15 +22,17 @@ use engine::Engine;
 use eval_panel::EvalPanel;
 use gpu_panel::GpuPanel;
 use model_panel::ModelPanel;
+use quiz_panel::QuizPanel;
 use report_panel::ReportPanel;
 use study_panel::StudyPanel;
 
-const TABS: [(&str, &str); 6] = [
+const TABS: [(&str, &str); 7] = [
     ("model", "Model"),
     ("data", "Dataset"),
     ("study", "Studies"),
     ("eval", "Evaluate"),
     ("report", "Report"),
+    ("quiz", "Quiz"),
     ("about", "About"),
 ];
 
@@ -84,6 +87,7 @@ pub fn App() -> impl IntoView {
             <div hidden=move || tab.get() != "study"><StudyPanel /></div>
             <div hidden=move || tab.get() != "eval"><EvalPanel /></div>
             <div hidden=move || tab.get() != "report"><ReportPanel /></div>
+            <div hidden=move || tab.get() != "quiz"><QuizPanel /></div>
             <div hidden=move || tab.get() != "about"><AboutPanel /></div>
         </main>
     }

@@ -200,6 +200,33 @@ enum Command {
         #[arg(long, default_value = "test")]
         split: String,
     },
+    /// Draw a teaching quiz (the app's Quiz tab draws the same one from the same seed); prints
+    /// the quiz JSON.
+    Quiz {
+        /// The split file (metadata/<split>_vqa_data.json).
+        #[arg(long)]
+        split: PathBuf,
+        /// Number of cases.
+        #[arg(long, default_value_t = 20)]
+        count: usize,
+        /// Seed of the draw.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Only this task (repeatable).
+        #[arg(long)]
+        task: Vec<String>,
+        /// Only this category (repeatable).
+        #[arg(long)]
+        category: Vec<String>,
+    },
+    /// Score quiz results files: one file gives the student's report, several a reader study.
+    QuizReport {
+        /// The split file the quizzes were drawn from.
+        #[arg(long)]
+        split: PathBuf,
+        /// Results files exported from the app.
+        files: Vec<PathBuf>,
+    },
 }
 
 fn parse_backend(s: &str) -> Result<BackendKind, String> {
@@ -575,6 +602,63 @@ fn run(cli: Cli) -> Result<(), String> {
                 .map_err(|e| err(&path, e))?;
                 eprintln!("wrote {}", path.display());
             }
+        }
+        Command::Quiz {
+            split,
+            count,
+            seed,
+            task,
+            category,
+        } => {
+            let text = std::fs::read_to_string(&split).map_err(|e| err(&split, e))?;
+            let s = Split::from_json(&text).map_err(|e| err(&split, e))?;
+            let name = split
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix("_vqa_data.json"))
+                .unwrap_or("test")
+                .to_string();
+            let settings = rexvqa_engine::quiz::QuizSettings {
+                split: name,
+                count,
+                seed,
+                tasks: task,
+                categories: category,
+                ..Default::default()
+            };
+            let quiz = rexvqa_engine::quiz::make_quiz(&s, &settings).map_err(|e| e.to_string())?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&quiz).map_err(|e| e.to_string())?
+            );
+        }
+        Command::QuizReport { split, files } => {
+            use rexvqa_engine::quiz;
+            let text = std::fs::read_to_string(&split).map_err(|e| err(&split, e))?;
+            let s = Split::from_json(&text).map_err(|e| err(&split, e))?;
+            let mut loaded = Vec::new();
+            for f in &files {
+                loaded.push((
+                    f.display().to_string(),
+                    std::fs::read_to_string(f).map_err(|e| err(f, e))?,
+                ));
+            }
+            let out = match loaded.as_slice() {
+                [] => return Err("give at least one results file".into()),
+                [(name, json)] => {
+                    let results: quiz::QuizResults =
+                        serde_json::from_str(json).map_err(|e| format!("{name}: {e}"))?;
+                    serde_json::to_value(quiz::report(&s, &results).map_err(|e| e.to_string())?)
+                }
+                many => {
+                    serde_json::to_value(quiz::reader_study(&s, many).map_err(|e| e.to_string())?)
+                }
+            };
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&out.map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?
+            );
         }
         Command::Synth {
             out,

@@ -1,0 +1,129 @@
+// End-to-end: the teaching quiz. The same seed gives the cases `rexvqa quiz` draws; answers are
+// given with the keyboard; a reload mid-quiz resumes it; the results table equals values this
+// test computes itself from what the app revealed (accuracy, Cohen's κ, confusion counts).
+//
+// Needs the fixtures scripts/test.sh prepares (REXVQA_E2E, REXVQA_BIN), like flows.test.mjs.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { serve } from './server.mjs';
+import { launch, openPage, SHOTS } from './browser.mjs';
+
+const FIX = process.env.REXVQA_E2E;
+const BIN = process.env.REXVQA_BIN;
+const DIST = process.env.REXVQA_DIST ?? 'dist';
+const SLOW = 240_000;
+const SPLIT = () => join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json');
+
+let server;
+let context;
+
+before(async () => {
+  assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
+  server = await serve(DIST);
+  context = await launch();
+});
+after(async () => {
+  await context?.close();
+  await server?.close();
+});
+
+const tab = (page, id) => page.getByTestId(`tab-${id}`).click();
+
+async function prepare(page, stored) {
+  await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
+  await tab(page, 'model');
+  if (stored) {
+    await page.getByTestId('stored-models').waitFor({ timeout: 30_000 });
+    await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
+    await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
+    await page.getByTestId('load-stored').click();
+  } else {
+    await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
+    await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
+    await page.getByTestId('model-import').click();
+  }
+  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
+  await tab(page, 'data');
+  await page.getByTestId('dataset-folder-input').setInputFiles(join(FIX, 'rexvqa'));
+  await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
+  await tab(page, 'quiz');
+}
+
+// Cohen's κ over the categories A–D and "none", as in the paper's reader study.
+function kappa(a, b) {
+  const cats = ['A', 'B', 'C', 'D', '—'];
+  const n = a.length;
+  const po = a.filter((x, i) => x === b[i]).length / n;
+  const pe = cats.reduce((s, c) => s + (a.filter((x) => x === c).length / n) * (b.filter((x) => x === c).length / n), 0);
+  return pe === 1 ? (po === 1 ? 1 : 0) : (po - pe) / (1 - pe);
+}
+
+// Answers the case on screen with `letter` by keyboard and returns what the reveal shows.
+async function answerCase(page, letter) {
+  const kase = page.getByTestId('quiz-case');
+  await page.getByTestId('quiz-question').waitFor({ timeout: 60_000 });
+  const id = await kase.getAttribute('data-id');
+  await kase.press(letter.toLowerCase());
+  await kase.press('Enter');
+  await page.getByTestId('quiz-reveal').waitFor();
+  const model = (await page.getByTestId('quiz-model').textContent({ timeout: SLOW })).trim();
+  const truth = (await page.getByTestId('quiz-truth').textContent()).trim();
+  assert.equal((await page.getByTestId('quiz-student').textContent()).trim(), letter);
+  return { id, student: letter, truth, model };
+}
+
+test('a seeded quiz answered by keyboard, resumed after a reload, scored like an independent computation', { timeout: 900_000 }, async () => {
+  const expected = JSON.parse(execFileSync(BIN, ['quiz', '--split', SPLIT(), '--count', '3', '--seed', '4'], { encoding: 'utf8' })).ids;
+  // Right on the first and last case, wrong on the second, so every statistic is non-trivial.
+  const truth = JSON.parse(readFileSync(SPLIT(), 'utf8'));
+  const next = (l) => 'ABCD'[('ABCD'.indexOf(l) + 1) % 4];
+  const plan = expected.map((id, i) => (i === 1 ? next(truth[id].correct_answer) : truth[id].correct_answer));
+  const { page, problems, offHost } = await openPage(context, server.url);
+  await prepare(page, false);
+  await page.getByTestId('quiz-count').fill('3');
+  await page.getByTestId('quiz-seed').fill('4');
+  await page.getByTestId('quiz-reader').fill('Ana');
+  await page.getByTestId('quiz-start').click();
+  const cases = [await answerCase(page, plan[0])];
+  await page.screenshot({ path: join(SHOTS, 'quiz-case.png'), fullPage: true });
+
+  // A reload keeps the quiz: resume shows the answered first case, Enter moves on. The save
+  // after the model's answer is a message to the worker; give it a moment to reach storage.
+  await page.waitForTimeout(1000);
+  await page.reload();
+  await prepare(page, true);
+  await page.getByTestId('quiz-resume').click();
+  assert.equal(await page.getByTestId('quiz-position').textContent(), '1 / 3');
+  await page.getByTestId('quiz-reveal').waitFor();
+  await page.getByTestId('quiz-case').press('Enter');
+  assert.equal(await page.getByTestId('quiz-position').textContent(), '2 / 3');
+  cases.push(await answerCase(page, plan[1]));
+  await page.getByTestId('quiz-case').press('Enter');
+  cases.push(await answerCase(page, plan[2]));
+  await page.getByTestId('quiz-case').press('Enter');
+  await page.getByTestId('quiz-results').waitFor({ timeout: 60_000 });
+  await page.screenshot({ path: join(SHOTS, 'quiz-results.png'), fullPage: true });
+
+  assert.deepEqual(cases.map((c) => c.id), expected, 'same seed, same cases as rexvqa quiz');
+  const right = cases.filter((c) => c.student === c.truth).length;
+  assert.equal(right, 2);
+  const modelRight = cases.filter((c) => c.model === c.truth).length;
+  console.log(`quiz cases ${JSON.stringify(cases)}`);
+  assert.equal(await page.getByTestId('quiz-n').textContent(), '3');
+  assert.equal(await page.getByTestId('quiz-student-accuracy').textContent(), (100 * right / 3).toFixed(1));
+  assert.equal(await page.getByTestId('quiz-model-accuracy').textContent(), (100 * modelRight / 3).toFixed(1));
+  const k = (a, b) => kappa(cases.map((c) => c[a]), cases.map((c) => c[b])).toFixed(3);
+  assert.equal(await page.getByTestId('quiz-kappa-truth').textContent(), k('student', 'truth'));
+  assert.equal(await page.getByTestId('quiz-kappa-model').textContent(), k('student', 'model'));
+  for (const [t, tl] of ['A', 'B', 'C', 'D'].entries()) {
+    for (const [s, sl] of ['A', 'B', 'C', 'D'].entries()) {
+      const want = cases.filter((c) => c.truth === tl && c.student === sl).length;
+      assert.equal(await page.getByTestId(`quiz-confusion-${t}-${s}`).textContent(), String(want), `truth ${tl} student ${sl}`);
+    }
+  }
+  assert.deepEqual(problems, [], 'console errors');
+  assert.deepEqual(offHost, [], 'requests that left 127.0.0.1');
+});
