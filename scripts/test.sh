@@ -35,7 +35,7 @@ e2e_fixtures() {
   local dir="$REXVQA_E2E"
   rm -rf "$dir" && mkdir -p "$dir/cli" || return 1
   cargo build -q -p rexvqa-engine --bin rexvqa || return 1
-  "$REXVQA_BIN" synth --out "$dir/rexvqa" --studies 2 --questions-per-study 2 --min-size 200 --max-size 260 --seed 11 || return 1
+  "$REXVQA_BIN" synth --out "$dir/rexvqa" --studies 3 --questions-per-study 3 --min-size 200 --max-size 260 --seed 11 || return 1
   for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf; do gzip -dc "tests/fixtures/models/$f.gz" > "$dir/$f" || return 1; done
   "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj.gguf" \
     --split "$dir/rexvqa/metadata/test_vqa_data.json" --out "$dir/cli/pred.json"

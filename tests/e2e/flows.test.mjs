@@ -110,7 +110,7 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   await openDataset(page);
   mark('dataset opened');
   const counts = await page.getByTestId('split-test-counts').textContent();
-  assert.match(counts, /^4 questions, 2 studies/);
+  assert.match(counts, /^9 questions, 3 studies/);
   assert.match(await page.getByTestId('split-test-missing').textContent(), /^0 referenced images missing/);
   await shot(page, 'dataset-panel');
 
@@ -145,7 +145,8 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   // Reload in the middle of a second run, then resume it to the same numbers.
   await tab(page, 'eval');
   await page.getByTestId('eval-start').click();
-  await page.getByTestId('eval-count').filter({ hasText: /^1 \/ 4/ }).waitFor({ timeout: SLOW });
+  // Any count short of the end: on a fast path several questions may land between two polls.
+  await page.getByTestId('eval-count').filter({ hasText: /^[1-5] \/ 9/ }).waitFor({ timeout: SLOW });
   mark('reloading mid-run');
   await page.reload();
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
