@@ -141,6 +141,15 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   await shot(page, 'report-panel');
   console.log(`browser report ${JSON.stringify(first)}; CLI ${JSON.stringify(cliReport())}`);
   assert.deepEqual(first, cliReport());
+  // The leaderboard export holds the CLI's predictions for every question.
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('report-export-leaderboard').click()]);
+  const exported = JSON.parse(readFileSync(await download.path(), 'utf8'));
+  const cliPred = JSON.parse(readFileSync(join(FIX, 'cli', 'pred.json'), 'utf8'));
+  assert.deepEqual(Object.keys(exported).sort(), Object.keys(cliPred).sort());
+  for (const [id, rec] of Object.entries(cliPred)) {
+    assert.equal(exported[id].model_prediction, rec.model_prediction, id);
+    assert.equal(exported[id].correct_answer, rec.correct_answer, id);
+  }
 
   // Reload in the middle of a second run, then resume it to the same numbers.
   await tab(page, 'eval');

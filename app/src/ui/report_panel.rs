@@ -55,6 +55,19 @@ pub fn ReportPanel() -> impl IntoView {
                 view! {
                     <div data-testid="report">
                         <p class="hint">{format!("{run_id}: {} of {} questions answered{}", r.answered, r.in_scope, if missing > 0 { format!(", {missing} not in any shard") } else { String::new() })}</p>
+                        {(run_id != "merged").then(|| {
+                            let export = move |format: &'static str| {
+                                let run_id = run_id.clone();
+                                move |_| engine.send(&Request::Export { run_id: run_id.clone(), format: format.into() })
+                            };
+                            view! {
+                                <div class="row">
+                                    <button class="secondary" data-testid="report-export-leaderboard" on:click=export("leaderboard")>"Predictions (leaderboard JSON)"</button>
+                                    <button class="secondary" on:click=export("csv")>"CSV"</button>
+                                    <button class="secondary" on:click=export("markdown")>"Markdown report"</button>
+                                </div>
+                            }
+                        })}
                         <table class="grid">
                             <thead><tr><th></th><th>"accuracy %"</th><th>"95% CI"</th><th>"n"</th><th>"failed extractions"</th></tr></thead>
                             <tbody>
