@@ -124,6 +124,18 @@ test('a seeded quiz answered by keyboard, resumed after a reload, scored like an
       assert.equal(await page.getByTestId(`quiz-confusion-${t}-${s}`).textContent(), String(want), `truth ${tl} student ${sl}`);
     }
   }
+  // The results file, merged twice, makes a reader-study table: two readers and the model.
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('quiz-export-json').click()]);
+  const saved = await download.path();
+  const results = JSON.parse(readFileSync(saved, 'utf8'));
+  assert.deepEqual(results.answers.map((a) => a.student), cases.map((c) => c.student));
+  await page.getByText('Reader study: merge').click();
+  await page.getByTestId('quiz-merge').setInputFiles([saved, saved]);
+  const rows = page.getByTestId('reader-study').locator('tbody tr');
+  await rows.nth(2).waitFor();
+  assert.deepEqual(await rows.locator('td:first-child').allTextContents(), ['Ana', 'Ana′', 'model']);
+  assert.equal((await rows.nth(0).locator('td').nth(1).textContent()), (100 * right / 3).toFixed(1));
+  await page.screenshot({ path: join(SHOTS, 'quiz-reader-study.png'), fullPage: true });
   assert.deepEqual(problems, [], 'console errors');
   assert.deepEqual(offHost, [], 'requests that left 127.0.0.1');
 });
