@@ -11,11 +11,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { serve } from './server.mjs';
 import { launch, openPage, SHOTS } from './browser.mjs';
+import { BIN, DIST, FIX, SLOW, loadModelFromFiles, loadStoredModel, openDataset, tab } from './steps.mjs';
 
-const FIX = process.env.REXVQA_E2E;
-const BIN = process.env.REXVQA_BIN;
-const DIST = process.env.REXVQA_DIST ?? 'dist';
-const SLOW = 240_000;
 
 let server;
 let context;
@@ -33,33 +30,6 @@ after(async () => {
 const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 const t0 = Date.now();
 const mark = (what) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${what}`);
-
-async function tab(page, id) {
-  await page.getByTestId(`tab-${id}`).click();
-}
-
-async function loadModelFromFiles(page) {
-  await tab(page, 'model');
-  await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
-  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
-  await page.getByTestId('model-import').click();
-  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
-}
-
-async function loadStoredModel(page) {
-  await tab(page, 'model');
-  await page.getByTestId('stored-models').waitFor({ timeout: 30_000 });
-  await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
-  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
-  await page.getByTestId('load-stored').click();
-  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
-}
-
-async function openDataset(page) {
-  await tab(page, 'data');
-  await page.getByTestId('dataset-folder-input').setInputFiles(join(FIX, 'rexvqa'));
-  await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
-}
 
 async function waitFinished(page) {
   // The report tab opens as soon as a run finishes, so the progress line may be hidden by then.

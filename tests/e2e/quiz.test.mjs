@@ -10,11 +10,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { serve } from './server.mjs';
 import { launch, openPage, SHOTS } from './browser.mjs';
+import { BIN, DIST, FIX, SLOW, loadModelFromFiles, loadStoredModel, openDataset, tab } from './steps.mjs';
 
-const FIX = process.env.REXVQA_E2E;
-const BIN = process.env.REXVQA_BIN;
-const DIST = process.env.REXVQA_DIST ?? 'dist';
-const SLOW = 240_000;
 const SPLIT = () => join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json');
 
 let server;
@@ -30,25 +27,10 @@ after(async () => {
   await server?.close();
 });
 
-const tab = (page, id) => page.getByTestId(`tab-${id}`).click();
-
 async function prepare(page, stored) {
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
-  await tab(page, 'model');
-  if (stored) {
-    await page.getByTestId('stored-models').waitFor({ timeout: 30_000 });
-    await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
-    await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
-    await page.getByTestId('load-stored').click();
-  } else {
-    await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
-    await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
-    await page.getByTestId('model-import').click();
-  }
-  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
-  await tab(page, 'data');
-  await page.getByTestId('dataset-folder-input').setInputFiles(join(FIX, 'rexvqa'));
-  await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
+  await (stored ? loadStoredModel(page) : loadModelFromFiles(page));
+  await openDataset(page);
   await tab(page, 'quiz');
 }
 

@@ -233,6 +233,17 @@ impl Engine {
         }
     }
 
+    /// `chosen`, or the first split of the opened dataset when nothing was chosen.
+    pub fn split_or_first(&self, chosen: String) -> String {
+        if !chosen.is_empty() {
+            return chosen;
+        }
+        self.dataset
+            .get_untracked()
+            .and_then(|d| d.splits.keys().next().cloned())
+            .unwrap_or_default()
+    }
+
     /// Sends a request.
     pub fn send(&self, req: &Request) {
         self.send_with(req, &[]);

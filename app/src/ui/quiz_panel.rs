@@ -73,18 +73,7 @@ pub fn QuizPanel() -> impl IntoView {
     let now = RwSignal::new(0f64);
     let case_ref = NodeRef::<leptos::html::Div>::new();
 
-    let split_name = move || {
-        let s = split.get_untracked();
-        if s.is_empty() {
-            engine
-                .dataset
-                .get_untracked()
-                .and_then(|d| d.splits.keys().next().cloned())
-                .unwrap_or_default()
-        } else {
-            s
-        }
-    };
+    let split_name = move || engine.split_or_first(split.get_untracked());
     let current_id = move || {
         results.with(|r| {
             r.as_ref()

@@ -31,16 +31,7 @@ pub fn ReportPanel() -> impl IntoView {
         };
         let files: Vec<File> = (0..list.length()).filter_map(|i| list.get(i)).collect();
         let names = files.iter().map(|f| f.name()).collect();
-        let split = merge_split.get_untracked();
-        let split = if split.is_empty() {
-            engine
-                .dataset
-                .get_untracked()
-                .and_then(|d| d.splits.keys().next().cloned())
-                .unwrap_or_default()
-        } else {
-            split
-        };
+        let split = engine.split_or_first(merge_split.get_untracked());
         engine.send_with(&Request::MergeShards { split, names }, &files);
     };
     view! {

@@ -1,0 +1,36 @@
+// Steps the end-to-end tests share: the fixtures scripts/test.sh prepares (REXVQA_E2E: the tiny
+// GGUF pair, a synthetic split under rexvqa/, the CLI's outputs under cli/; REXVQA_BIN: the CLI)
+// and the clicks that load the model and open the split.
+import { join } from 'node:path';
+
+export const FIX = process.env.REXVQA_E2E;
+export const BIN = process.env.REXVQA_BIN;
+export const DIST = process.env.REXVQA_DIST ?? 'dist';
+export const SLOW = 240_000;
+
+export async function tab(page, id) {
+  await page.getByTestId(`tab-${id}`).click();
+}
+
+export async function loadModelFromFiles(page) {
+  await tab(page, 'model');
+  await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
+  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
+  await page.getByTestId('model-import').click();
+  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
+}
+
+export async function loadStoredModel(page) {
+  await tab(page, 'model');
+  await page.getByTestId('stored-models').waitFor({ timeout: 30_000 });
+  await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
+  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
+  await page.getByTestId('load-stored').click();
+  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
+}
+
+export async function openDataset(page) {
+  await tab(page, 'data');
+  await page.getByTestId('dataset-folder-input').setInputFiles(join(FIX, 'rexvqa'));
+  await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
+}
