@@ -200,6 +200,19 @@ enum Command {
         #[arg(long, default_value = "test")]
         split: String,
     },
+    /// Unpack the PNGs of the image archive (`deid_png.part*`, a split zstd tar) into a folder;
+    /// files already there with the right size are kept, so an interrupted unpack resumes.
+    Unpack {
+        /// Folder that receives deid_png/.
+        #[arg(long)]
+        out: PathBuf,
+        /// Only the images this split file references.
+        #[arg(long)]
+        split: Option<PathBuf>,
+        /// The archive parts (any order) or one .tar.zst.
+        #[arg(required = true)]
+        parts: Vec<PathBuf>,
+    },
     /// Draw a teaching quiz (the app's Quiz tab draws the same one from the same seed); prints
     /// the quiz JSON.
     Quiz {
@@ -660,6 +673,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     .map_err(|e| e.to_string())?
             );
         }
+        Command::Unpack { out, split, parts } => unpack(&out, split.as_deref(), &parts)?,
         Command::Synth {
             out,
             studies,
@@ -703,6 +717,70 @@ fn run(cli: Cli) -> Result<(), String> {
             eprintln!("wrote {count} files under {}", out.display());
         }
     }
+    Ok(())
+}
+
+fn unpack(out: &Path, split: Option<&Path>, parts: &[PathBuf]) -> Result<(), String> {
+    use rexvqa_engine::rexvqa::archive::{ImageArchive, order_parts};
+    let names: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
+    let order = order_parts(&names).map_err(|e| e.to_string())?;
+    let mut reader: Box<dyn std::io::Read> = Box::new(std::io::empty());
+    for i in order {
+        let f = std::fs::File::open(&parts[i]).map_err(|e| err(&parts[i], e))?;
+        reader = Box::new(std::io::Read::chain(reader, f));
+    }
+    let wanted: Option<std::collections::HashSet<String>> = match split {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| err(p, e))?;
+            let s = Split::from_json(&text).map_err(|e| err(p, e))?;
+            Some(s.image_paths().into_iter().collect())
+        }
+        None => None,
+    };
+    let (mut written, mut kept) = (0usize, 0usize);
+    let mut failure = None;
+    let mut ar = ImageArchive::new(std::io::BufReader::with_capacity(1 << 20, reader));
+    ar.for_each_png(
+        |p| wanted.as_ref().is_none_or(|w| w.contains(p)),
+        |m| {
+            let path = out.join(&m.path);
+            if std::fs::metadata(&path).is_ok_and(|md| md.len() == m.bytes.len() as u64) {
+                kept += 1;
+                return true;
+            }
+            // Write then rename, so a crash never leaves a short PNG that would be "kept".
+            let tmp = path.with_extension("png.part");
+            let r = path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&tmp, &m.bytes))
+                .and_then(|()| std::fs::rename(&tmp, &path));
+            match r {
+                Ok(()) => {
+                    written += 1;
+                    true
+                }
+                Err(e) => {
+                    failure = Some(err(&path, e));
+                    false
+                }
+            }
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let missing = wanted.map_or(0, |w| w.iter().filter(|p| !out.join(p).is_file()).count());
+    eprintln!(
+        "unpacked {written} images into {} ({kept} already there){}",
+        out.display(),
+        if missing > 0 {
+            format!("; {missing} images the split references are not in the archive")
+        } else {
+            String::new()
+        }
+    );
     Ok(())
 }
 

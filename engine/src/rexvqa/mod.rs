@@ -1,5 +1,6 @@
 //! ReXVQA: split files, the split index, the official prompt and synthetic splits.
 
+pub mod archive;
 pub mod prompt;
 pub mod schema;
 pub mod split;
