@@ -39,7 +39,7 @@ fi
 [ "$MODE" = serve ] && { say "setup for serving: done"; exit 0; }
 
 need_apt=()
-for p in chromium chromium-driver mesa-vulkan-drivers; do
+for p in chromium chromium-driver mesa-vulkan-drivers zstd; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -47,7 +47,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 else
-  say "apt: chromium, chromium-driver, mesa-vulkan-drivers present"
+  say "apt: chromium, chromium-driver, mesa-vulkan-drivers, zstd present"
 fi
 
 say "Python venv for fixtures ($CACHE/venv)"

@@ -36,6 +36,9 @@ e2e_fixtures() {
   rm -rf "$dir" && mkdir -p "$dir/cli" || return 1
   cargo build -q -p rexvqa-engine --bin rexvqa || return 1
   "$REXVQA_BIN" synth --out "$dir/rexvqa" --studies 3 --questions-per-study 3 --min-size 200 --max-size 260 --seed 11 || return 1
+  # The same images as the archive ReXGradient-160K ships: tar | zstd, split into numbered parts.
+  mkdir -p "$dir/archive" && tar -C "$dir/rexvqa" -cf - deid_png | zstd -q -c \
+    | split -d -b 120000 - "$dir/archive/deid_png.part" || return 1
   for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf; do gzip -dc "tests/fixtures/models/$f.gz" > "$dir/$f" || return 1; done
   "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj.gguf" \
     --split "$dir/rexvqa/metadata/test_vqa_data.json" --out "$dir/cli/pred.json"

@@ -258,3 +258,61 @@ pub async fn sleep(ms: i32) {
     });
     let _ = JsFuture::from(p).await;
 }
+
+/// Several blobs read one after another as one synchronous stream (`FileReaderSync`, worker
+/// only), so the engine's streaming readers can take the archive parts without copying them.
+pub struct BlobChain {
+    blobs: Vec<Blob>,
+    index: usize,
+    offset: u64,
+    reader: web_sys::FileReaderSync,
+}
+
+impl BlobChain {
+    /// The blobs, in reading order.
+    pub fn new(blobs: Vec<Blob>) -> Result<Self, String> {
+        Ok(BlobChain {
+            blobs,
+            index: 0,
+            offset: 0,
+            reader: web_sys::FileReaderSync::new().map_err(|e| describe(&e))?,
+        })
+    }
+
+    /// Bytes in all.
+    pub fn total(&self) -> u64 {
+        self.blobs.iter().map(|b| b.size() as u64).sum()
+    }
+}
+
+impl std::io::Read for BlobChain {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(blob) = self.blobs.get(self.index) {
+            let size = blob.size() as u64;
+            if self.offset >= size {
+                self.index += 1;
+                self.offset = 0;
+                continue;
+            }
+            let end = size.min(self.offset + buf.len() as u64);
+            let part = blob
+                .slice_with_f64_and_f64(self.offset as f64, end as f64)
+                .map_err(|e| std::io::Error::other(describe(&e)))?;
+            let data = self
+                .reader
+                .read_as_array_buffer(&part)
+                .map_err(|e| std::io::Error::other(describe(&e)))?;
+            let arr = Uint8Array::new(&data);
+            let n = arr.length() as usize;
+            if n == 0 {
+                return Err(std::io::Error::other(
+                    "a part could not be read (was the file moved or changed?)",
+                ));
+            }
+            arr.copy_to(&mut buf[..n]);
+            self.offset += n as u64;
+            return Ok(n);
+        }
+        Ok(0)
+    }
+}

@@ -5,4 +5,5 @@ pub mod gpu;
 pub mod io;
 pub mod protocol;
 pub mod ui;
+pub mod unpack;
 pub mod worker;

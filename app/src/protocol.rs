@@ -54,6 +54,8 @@ pub enum Request {
         name: String,
     },
     /// Open a ReXVQA folder: `paths` are the attached files' paths relative to the chosen folder.
+    /// Attached image-archive parts (`deid_png.partNN`, `*.tar.zst`) are unpacked into browser
+    /// storage afterwards (only the images the open splits reference, when a split is open).
     OpenDataset {
         /// One path per attached file.
         paths: Vec<String>,
@@ -191,6 +193,10 @@ pub enum Request {
         /// File names, one per attached file.
         names: Vec<String>,
     },
+    /// Stop unpacking the image archive (what is unpacked stays).
+    UnpackCancel,
+    /// Delete the images unpacked from archives.
+    DeleteUnpacked,
     /// Delete a stored run.
     DeleteRun {
         /// Run id.
@@ -393,6 +399,28 @@ pub struct DatasetSummary {
     pub png_files: usize,
     /// Problems found while reading (unreadable split files...).
     pub warnings: Vec<String>,
+    /// Images unpacked from archives into browser storage.
+    #[serde(default)]
+    pub unpacked_images: usize,
+}
+
+/// Progress of unpacking an image archive into browser storage.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct UnpackProgress {
+    /// Compressed bytes read.
+    pub done_bytes: u64,
+    /// Compressed bytes in all parts.
+    pub total_bytes: u64,
+    /// Images written this time.
+    pub written: usize,
+    /// Wanted images already unpacked before (kept).
+    pub kept: usize,
+    /// Compressed bytes per second.
+    pub rate: f64,
+    /// Seconds left at that rate.
+    pub eta_s: f64,
+    /// running, cancelled or finished.
+    pub state: String,
 }
 
 /// Live progress of a run.
@@ -522,6 +550,8 @@ pub enum Event {
     ReaderStudy(ReaderStudy),
     /// Progress of the running evaluation.
     EvalProgress(EvalProgress),
+    /// Progress of unpacking an image archive.
+    Unpack(UnpackProgress),
     /// A report (of a finished run, a partial run, or merged shards).
     Report {
         /// Run id (or "merged").

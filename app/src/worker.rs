@@ -3,7 +3,7 @@
 //! never freezes.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 use js_sys::{Array, Object, Reflect};
@@ -19,6 +19,7 @@ use web_sys::{DedicatedWorkerGlobalScope, File, MessageEvent};
 
 use crate::io::{self, BlobSource, Dir, now_ms, opfs_root, read_blob, sleep};
 use crate::protocol::*;
+use crate::unpack::{self, ImageIndex};
 
 fn scope() -> DedicatedWorkerGlobalScope {
     js_sys::global().unchecked_into()
@@ -61,6 +62,12 @@ struct State {
     model: Option<Rc<Model>>,
     model_name: String,
     files: Rc<HashMap<String, File>>,
+    /// Images unpacked from archives into browser storage.
+    unpacked: Rc<ImageIndex>,
+    /// Set to stop the unpacking in progress.
+    unpack_cancel: Option<Rc<Cell<bool>>>,
+    /// The opened folder's counts (missing images are recomputed from it).
+    summary: DatasetSummary,
     splits: BTreeMap<String, Rc<Split>>,
     eval: Option<Rc<EvalCtl>>,
     compute: Compute,
@@ -73,15 +80,31 @@ thread_local! {
     static STATE: RefCell<State> = RefCell::new(State::default());
 }
 
-struct FileStore(Rc<HashMap<String, File>>);
+/// The opened folder's files, then the images unpacked from archives.
+struct FileStore(Rc<HashMap<String, File>>, Rc<ImageIndex>);
+
+impl FileStore {
+    fn current() -> Self {
+        STATE.with(|s| {
+            let s = s.borrow();
+            FileStore(s.files.clone(), s.unpacked.clone())
+        })
+    }
+
+    fn has(&self, path: &str) -> bool {
+        self.0.contains_key(path) || self.1.contains(path)
+    }
+}
 
 impl ImageStore for FileStore {
     async fn read(&self, path: &str) -> Result<Vec<u8>, String> {
-        let f = self
-            .0
-            .get(path)
-            .ok_or_else(|| format!("{path} is not in the opened folder"))?;
-        read_blob(f).await
+        match self.0.get(path) {
+            Some(f) => read_blob(f).await,
+            None if self.1.contains(path) => unpack::read_image(&self.1, path).await,
+            None => Err(format!(
+                "{path} is not in the opened folder nor among the unpacked images"
+            )),
+        }
     }
 }
 
@@ -103,10 +126,6 @@ fn split(name: &str) -> Result<Rc<Split>, String> {
     STATE
         .with(|s| s.borrow().splits.get(name).cloned())
         .ok_or_else(|| format!("split {name:?} is not open: open the dataset folder first"))
-}
-
-fn files() -> Rc<HashMap<String, File>> {
-    STATE.with(|s| s.borrow().files.clone())
 }
 
 async fn models_dir() -> Result<Dir, String> {
@@ -449,12 +468,83 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
     Ok(card)
 }
 
-async fn open_dataset(paths: Vec<String>, list: Vec<File>) -> Result<DatasetSummary, String> {
+/// An attached file and its path.
+type Named = (String, File);
+
+async fn open_dataset(paths: Vec<String>, list: Vec<File>) -> Result<(), String> {
     if paths.len() != list.len() {
         return Err(format!("{} paths for {} files", paths.len(), list.len()));
     }
+    let (archives, rest): (Vec<Named>, Vec<Named>) = paths
+        .into_iter()
+        .zip(list)
+        .partition(|(p, _)| unpack::is_archive(p));
+    let unpacked = Rc::new(unpack::load_index().await.unwrap_or_default());
+    STATE.with(|s| s.borrow_mut().unpacked = unpacked);
+    // Parts picked on their own add images to the open splits (or to none yet).
+    if !rest.is_empty() || archives.is_empty() {
+        let summary = index_folder(rest).await?;
+        post(&Event::Dataset(summary));
+    }
+    if !archives.is_empty() {
+        unpack_archives(archives).await?;
+    }
+    Ok(())
+}
+
+/// Unpacks archive parts into browser storage, then reports the dataset again.
+async fn unpack_archives(parts: Vec<(String, File)>) -> Result<(), String> {
+    if STATE.with(|s| s.borrow().unpack_cancel.is_some()) {
+        return Err("an archive is already being unpacked: wait for it or stop it".into());
+    }
+    // Only what the open splits reference; every image when no split is open yet.
+    let want: Option<HashSet<String>> = STATE.with(|s| {
+        let s = s.borrow();
+        (!s.splits.is_empty()).then(|| s.splits.values().flat_map(|sp| sp.image_paths()).collect())
+    });
+    let cancel = Rc::new(Cell::new(false));
+    STATE.with(|s| s.borrow_mut().unpack_cancel = Some(cancel.clone()));
+    let result = unpack::unpack(parts, want, cancel, |p| post(&Event::Unpack(p.clone()))).await;
+    let index = unpack::load_index().await;
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        s.unpack_cancel = None;
+        if let Ok(i) = &index {
+            s.unpacked = Rc::new(i.clone());
+        }
+    });
+    // Counts change whether it finished or not.
+    if STATE.with(|s| !s.borrow().splits.is_empty()) {
+        post(&Event::Dataset(dataset_summary()));
+    }
+    let done = result?;
+    post(&Event::Unpack(done));
+    Ok(())
+}
+
+/// The open dataset's counts as they stand.
+fn dataset_summary() -> DatasetSummary {
+    STATE.with(|s| {
+        let s = s.borrow();
+        let store = FileStore(s.files.clone(), s.unpacked.clone());
+        let mut d = s.summary.clone();
+        d.missing_images = s
+            .splits
+            .iter()
+            .map(|(name, sp)| {
+                let missing = sp.image_paths().iter().filter(|p| !store.has(p)).count();
+                (name.clone(), missing)
+            })
+            .collect();
+        d.unpacked_images = s.unpacked.len();
+        d
+    })
+}
+
+/// Indexes a picked folder (or picked JSON/PNG files) and reads its split files.
+async fn index_folder(pairs: Vec<(String, File)>) -> Result<DatasetSummary, String> {
     let mut map = HashMap::new();
-    for (p, f) in paths.into_iter().zip(list) {
+    for (p, f) in pairs {
         let p = p.trim_start_matches("./").to_string();
         // Paths from a folder pick start with the chosen folder's name: index both forms.
         if let Some(i) = p.find("deid_png/") {
@@ -492,12 +582,6 @@ async fn open_dataset(paths: Vec<String>, list: Vec<File>) -> Result<DatasetSumm
         };
         match Split::from_json(&text) {
             Ok(s) if !s.records.is_empty() => {
-                let missing = s
-                    .image_paths()
-                    .iter()
-                    .filter(|p| !map.contains_key(*p))
-                    .count();
-                summary.missing_images.insert(name.clone(), missing);
                 summary.splits.insert(name.clone(), s.summary());
                 splits.insert(name, Rc::new(s));
             }
@@ -514,8 +598,9 @@ async fn open_dataset(paths: Vec<String>, list: Vec<File>) -> Result<DatasetSumm
         let mut s = s.borrow_mut();
         s.files = Rc::new(map);
         s.splits = splits;
+        s.summary = summary;
     });
-    Ok(summary)
+    Ok(dataset_summary())
 }
 
 fn list_questions(
@@ -577,7 +662,7 @@ fn question(name: &str, id: &str) -> Result<QuestionDetail, String> {
     let r = s
         .get(id)
         .ok_or_else(|| format!("question {id} is not in split {name}"))?;
-    let files = files();
+    let files = FileStore::current();
     let images = r
         .image_paths
         .iter()
@@ -585,7 +670,7 @@ fn question(name: &str, id: &str) -> Result<QuestionDetail, String> {
         .map(|(i, p)| {
             let path = resolve_image_path(p).unwrap_or_default();
             ImageRef {
-                present: files.contains_key(&path),
+                present: files.has(&path),
                 path,
                 view: r.view_positions.get(i).cloned().unwrap_or_default(),
             }
@@ -606,11 +691,8 @@ fn question(name: &str, id: &str) -> Result<QuestionDetail, String> {
 }
 
 async fn get_image(path: &str) -> Result<(), String> {
-    let files = files();
-    let f = files
-        .get(path)
-        .ok_or_else(|| format!("{path} is not in the opened folder"))?;
-    let d = image::decode_png(&read_blob(f).await?).map_err(|e| format!("{path}: {e}"))?;
+    let bytes = FileStore::current().read(path).await?;
+    let d = image::decode_png(&bytes).map_err(|e| format!("{path}: {e}"))?;
     let arr = js_sys::Uint16Array::from(&d.samples[..]);
     post_with_buffer(
         &Event::Image {
@@ -637,7 +719,7 @@ async fn ask(split_name: &str, id: &str, settings: Settings) -> Result<(), Strin
         &mut session,
         r,
         &settings,
-        &FileStore(files()),
+        &FileStore::current(),
         &PerfClock,
         &mut |text| {
             let now = now_ms();
@@ -680,7 +762,7 @@ async fn ask_free(
     let r = s
         .get(id)
         .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
-    let store = FileStore(files());
+    let store = FileStore::current();
     let mut session = Session::new(&model);
     let mut feats = Vec::new();
     for path in eval::image_paths(r, &settings) {
@@ -809,7 +891,7 @@ async fn run_eval(run_id: String) -> Result<(), String> {
         cancelled: Cell::new(false),
     });
     STATE.with(|st| st.borrow_mut().eval = Some(ctl.clone()));
-    let store = FileStore(files());
+    let store = FileStore::current();
     let mut session = Session::new(&model);
     let (t0, mut n_here, mut study) = (now_ms(), 0usize, String::new());
     let progress = |done: &[Answer], n_here: usize, state: &str| {
@@ -1044,8 +1126,19 @@ async fn handle(req: Request, attached: Vec<File>) {
                 let _ = dir.remove(&format!("{name}.meta.json")).await;
                 post(&list_cache().await?);
             }
-            Request::OpenDataset { paths } => {
-                post(&Event::Dataset(open_dataset(paths, attached).await?))
+            Request::OpenDataset { paths } => open_dataset(paths, attached).await?,
+            Request::UnpackCancel => {
+                if let Some(c) = STATE.with(|s| s.borrow().unpack_cancel.clone()) {
+                    c.set(true);
+                }
+            }
+            Request::DeleteUnpacked => {
+                if STATE.with(|s| s.borrow().unpack_cancel.is_some()) {
+                    return Err("stop the unpacking first".into());
+                }
+                unpack::delete().await?;
+                STATE.with(|s| s.borrow_mut().unpacked = Rc::default());
+                post(&Event::Dataset(dataset_summary()));
             }
             Request::ListQuestions {
                 split,

@@ -1,6 +1,8 @@
 // Steps the end-to-end tests share: the fixtures scripts/test.sh prepares (REXVQA_E2E: the tiny
 // GGUF pair, a synthetic split under rexvqa/, the CLI's outputs under cli/; REXVQA_BIN: the CLI)
 // and the clicks that load the model and open the split.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 
 export const FIX = process.env.REXVQA_E2E;
@@ -33,4 +35,21 @@ export async function openDataset(page) {
   await tab(page, 'data');
   await page.getByTestId('dataset-folder-input').setInputFiles(join(FIX, 'rexvqa'));
   await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
+}
+
+// The letter on screen equals the CLI's, and each shown probability (rounded to 0.1 %) is
+// within 0.0006 of the CLI's.
+export async function assertSameAnswer(page, qid, cli, where) {
+  const letter = (await page.getByTestId('ask-letter').textContent()).trim();
+  const probs = {};
+  for (const l of ['A', 'B', 'C', 'D']) probs[l] = Number((await page.getByTestId(`prob-${l}`).locator('.bar-value').textContent()).replace('%', '')) / 100;
+  console.log(`question ${qid} on ${where}: browser ${letter} ${JSON.stringify(probs)}; CLI ${cli.prediction} ${JSON.stringify(cli.probabilities)}`);
+  assert.equal(letter, cli.prediction);
+  ['A', 'B', 'C', 'D'].forEach((l, i) => assert.ok(Math.abs(probs[l] - cli.probabilities[i]) <= 0.0006, `P(${l})`));
+}
+
+// The native CLI's answer (letter and probabilities) to one question of the synthetic split.
+export function cliAnswer(qid) {
+  return JSON.parse(execFileSync(BIN, ['answer', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj.gguf'),
+    '--split', join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json'), '--id', qid], { encoding: 'utf8' }));
 }

@@ -7,8 +7,9 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{File, HtmlInputElement};
 
-use super::engine::Engine;
+use super::engine::{Engine, bytes, duration};
 use crate::protocol::Request;
+use crate::unpack::is_archive;
 
 /// Walks a directory handle (showDirectoryPicker) into (relative path, File) pairs.
 async fn walk(dir: JsValue, prefix: String, out: &mut Vec<(String, File)>) -> Result<(), JsValue> {
@@ -36,7 +37,10 @@ async fn walk(dir: JsValue, prefix: String, out: &mut Vec<(String, File)>) -> Re
                 continue;
             }
             Box::pin(walk(handle, format!("{path}/"), out)).await?;
-        } else if name.ends_with(".json") || name.ends_with(".png") {
+        } else if name.ends_with(".json")
+            || name.ends_with(".png")
+            || (prefix.is_empty() && is_archive(&name))
+        {
             let f = JsFuture::from(js_sys::Promise::from(
                 js_sys::Function::from(Reflect::get(&handle, &"getFile".into())?).call0(&handle)?,
             ))
@@ -49,12 +53,17 @@ async fn walk(dir: JsValue, prefix: String, out: &mut Vec<(String, File)>) -> Re
 
 fn send_files(engine: Engine, pairs: Vec<(String, File)>) {
     if pairs.is_empty() {
-        engine.error("Dataset: the chosen folder holds no .json or .png files".into());
+        engine.error(
+            "Dataset: the chosen folder holds no .json, .png or deid_png.part* files".into(),
+        );
         return;
     }
-    engine
-        .busy
-        .set(Some(format!("Reading {} files…", pairs.len())));
+    let parts = pairs.iter().filter(|(p, _)| is_archive(p)).count();
+    engine.busy.set(Some(if parts == pairs.len() {
+        format!("Opening the image archive ({parts} parts)…")
+    } else {
+        format!("Reading {} files…", pairs.len() - parts)
+    }));
     let (paths, files): (Vec<String>, Vec<File>) = pairs.into_iter().unzip();
     engine.send_with(&Request::OpenDataset { paths }, &files);
 }
@@ -85,7 +94,8 @@ pub fn DatasetPanel() -> impl IntoView {
                     .split_once('/')
                     .map(|(_, r)| r.to_string())
                     .unwrap_or(rel);
-                if rel.ends_with(".json") || rel.ends_with(".png") {
+                let top = !rel.contains('/');
+                if rel.ends_with(".json") || rel.ends_with(".png") || (top && is_archive(&rel)) {
                     pairs.push((rel, f));
                 }
             }
@@ -108,6 +118,22 @@ pub fn DatasetPanel() -> impl IntoView {
                 (p, f)
             })
             .collect();
+        send_files(engine, pairs);
+    };
+    let on_archive = move |ev: leptos::ev::Event| {
+        let Some(list) = event_target::<HtmlInputElement>(&ev).files() else {
+            return;
+        };
+        let pairs: Vec<(String, File)> = (0..list.length())
+            .filter_map(|i| list.get(i))
+            .map(|f| (f.name(), f))
+            .collect();
+        if let Some((n, _)) = pairs.iter().find(|(n, _)| !is_archive(n)) {
+            engine.error(format!(
+                "Dataset: {n} is not an image archive part (deid_png.part00, deid_png.part01, … or a .tar.zst)"
+            ));
+            return;
+        }
         send_files(engine, pairs);
     };
     let has_picker =
@@ -141,11 +167,42 @@ pub fn DatasetPanel() -> impl IntoView {
                 {has_picker.then(|| view! { <button on:click=pick data-testid="dataset-pick">"Choose folder…"</button> })}
                 <label>"Folder " <input type="file" multiple node_ref=folder_input data-testid="dataset-folder-input" on:change=on_folder /></label>
                 <label>"or files " <input type="file" multiple accept=".json,.png" data-testid="dataset-files-input" on:change=on_files /></label>
+                <label>"Image archive " <input type="file" multiple data-testid="dataset-archive-input" on:change=on_archive /></label>
             </div>
+            <p class="hint">"The image archive is ReXGradient-160K's deid_png.part00, deid_png.part01, … (all parts, any order) or one .tar.zst. It is read here, in this tab, and the images the open split uses are unpacked into browser storage once; pick the split's JSON first so only those are kept. If unpacking stops, pick the parts again: what was unpacked is kept."</p>
+            {move || engine.unpack.get().map(|u| {
+                let frac = if u.total_bytes > 0 { u.done_bytes as f64 / u.total_bytes as f64 } else { 0.0 };
+                let running = u.state == "running";
+                let line = match u.state.as_str() {
+                    "running" => format!(
+                        "{:.0}% of {} read at {}/s, {} left — {} images unpacked, {} already there",
+                        100.0 * frac, bytes(u.total_bytes as f64), bytes(u.rate), duration(u.eta_s), u.written, u.kept
+                    ),
+                    "finished" => format!("Archive read: {} images unpacked, {} already there.", u.written, u.kept),
+                    _ => format!(
+                        "Unpacking stopped at {:.0}% ({} images unpacked). Pick the parts again to go on; unpacked images are kept.",
+                        100.0 * frac, u.written
+                    ),
+                };
+                view! {
+                    <div class="progress" data-testid="unpack" data-state=u.state.clone() role="status">
+                        <div>"Unpacking images from the archive"</div>
+                        <progress max="1" value=frac></progress>
+                        <div class="hint" data-testid="unpack-line">{line}</div>
+                        {running.then(|| view! { <button data-testid="unpack-stop" on:click=move |_| engine.send(&Request::UnpackCancel)>"Stop"</button> })}
+                    </div>
+                }
+            })}
             {move || engine.busy.get().map(|b| view! { <p role="status">{b}</p> })}
             {move || engine.dataset.get().map(|d| view! {
                 <div data-testid="dataset-summary">
                     <p>{format!("{} PNG files found.", d.png_files)}</p>
+                    {(d.unpacked_images > 0).then(|| view! {
+                        <p data-testid="unpacked-count">
+                            {format!("{} images unpacked in browser storage. ", d.unpacked_images)}
+                            <button data-testid="unpacked-delete" on:click=move |_| engine.send(&Request::DeleteUnpacked)>"Delete unpacked images"</button>
+                        </p>
+                    })}
                     {d.warnings.iter().map(|w| view! { <p class="warn">{w.clone()}</p> }).collect_view()}
                     {d.splits.iter().map(|(name, s)| {
                         let missing = d.missing_images.get(name).copied().unwrap_or(0);

@@ -98,6 +98,8 @@ pub struct Engine {
     pub model: RwSignal<Option<ModelCard>>,
     /// The opened dataset.
     pub dataset: RwSignal<Option<DatasetSummary>>,
+    /// Unpacking of an image archive (running or last result).
+    pub unpack: RwSignal<Option<UnpackProgress>>,
     /// The current page of questions: (total, rows, tasks, categories).
     pub questions: RwSignal<QuestionPage>,
     /// The question on screen.
@@ -159,6 +161,7 @@ impl Engine {
             progress: RwSignal::new(None),
             model: RwSignal::new(None),
             dataset: RwSignal::new(None),
+            unpack: RwSignal::new(None),
             questions: RwSignal::new((0, Vec::new(), Vec::new(), Vec::new())),
             question: RwSignal::new(None),
             images: RwSignal::new_local(HashMap::new()),
@@ -317,6 +320,10 @@ impl Engine {
                 self.busy.set(None);
                 self.dataset.set(Some(d));
             }
+            Event::Unpack(p) => {
+                self.busy.set(None);
+                self.unpack.set(Some(p));
+            }
             Event::Questions {
                 total,
                 items,
@@ -389,6 +396,11 @@ impl Engine {
             Event::Error { context, message } => {
                 self.busy.set(None);
                 self.progress.set(None);
+                self.unpack.update(|u| {
+                    if let Some(u) = u.as_mut().filter(|u| u.state == "running") {
+                        u.state = "stopped".into();
+                    }
+                });
                 self.ask.update(|a| a.busy = false);
                 self.free.update(|a| a.busy = false);
                 self.error(format!("{context}: {message}"));

@@ -249,6 +249,15 @@ pub struct PngMember {
     pub bytes: Vec<u8>,
 }
 
+/// A PNG member as the walk meets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Path as the split files reference it.
+    pub path: String,
+    /// The bytes, when they were wanted.
+    pub bytes: Option<Vec<u8>>,
+}
+
 /// A streamed `deid_png` archive, walked one member at a time so callers can pause between
 /// members (the browser worker awaits its storage writes there).
 ///
@@ -324,12 +333,13 @@ impl<R: BufRead> ImageArchive<R> {
         Ok(out)
     }
 
-    /// The next PNG member under `deid_png/` for which `want(path)` holds (others are
-    /// decompressed and skipped); `None` at the end of the archive.
-    pub fn next_png(
+    /// The next PNG member under `deid_png/`: its path, and its bytes if `want(path)` holds
+    /// (else they are decompressed and dropped); `None` at the end of the archive. Returning
+    /// at every PNG lets a caller pause even while it skips thousands of members.
+    pub fn next_member(
         &mut self,
         mut want: impl FnMut(&str) -> bool,
-    ) -> Result<Option<PngMember>, ArchiveError> {
+    ) -> Result<Option<Member>, ArchiveError> {
         let mut block = [0u8; BLOCK];
         while !self.done {
             let at = self.tar_pos;
@@ -390,12 +400,26 @@ impl<R: BufRead> ImageArchive<R> {
             let path = raw.unwrap_or_else(|| h.path_bytes().into_owned());
             let path = String::from_utf8_lossy(&path).into_owned();
             let path = path.trim_start_matches("./").to_string();
-            let keep = kind.is_file()
-                && path.starts_with("deid_png/")
-                && path.ends_with(".png")
-                && want(&path);
+            let png = kind.is_file() && path.starts_with("deid_png/") && path.ends_with(".png");
+            let keep = png && want(&path);
             let bytes = self.data(size, keep)?;
-            if keep {
+            if png {
+                return Ok(Some(Member {
+                    path,
+                    bytes: keep.then_some(bytes),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next PNG member for which `want(path)` holds; `None` at the end of the archive.
+    pub fn next_png(
+        &mut self,
+        mut want: impl FnMut(&str) -> bool,
+    ) -> Result<Option<PngMember>, ArchiveError> {
+        while let Some(Member { path, bytes }) = self.next_member(&mut want)? {
+            if let Some(bytes) = bytes {
                 return Ok(Some(PngMember { path, bytes }));
             }
         }
