@@ -296,6 +296,8 @@ pub struct ModelCard {
     pub load_s: f64,
     /// Where the model runs, and why, in words.
     pub compute: String,
+    /// (label, SHA-256 hex) of each file.
+    pub sha256: Vec<(String, String)>,
 }
 
 /// Where the model runs.

@@ -61,6 +61,8 @@ struct EvalCtl {
 struct State {
     model: Option<Rc<Model>>,
     model_name: String,
+    /// ("text model SHA-256", hex) and the mmproj's, for reports.
+    model_sha256: Vec<(String, String)>,
     files: Rc<HashMap<String, File>>,
     /// Images unpacked from archives into browser storage.
     unpacked: Rc<ImageIndex>,
@@ -163,6 +165,49 @@ struct FileMeta {
     expected: u64,
     architecture: String,
     source: String,
+    /// SHA-256 of the complete file, computed at its first load.
+    #[serde(default)]
+    sha256: Option<String>,
+}
+
+/// The stored file's SHA-256: from its meta file, or computed now (with progress) and kept.
+async fn stored_sha256(dir: &Dir, name: &str, src: &BlobSource) -> Result<String, String> {
+    let meta_name = format!("{name}.meta.json");
+    let mut meta: FileMeta = match dir.read_text(&meta_name).await {
+        Ok(t) => serde_json::from_str(&t).map_err(|e| format!("{meta_name}: {e}"))?,
+        Err(_) => FileMeta {
+            expected: src.size(),
+            architecture: String::new(),
+            source: String::new(),
+            sha256: None,
+        },
+    };
+    if let Some(h) = meta.sha256.as_ref().filter(|_| meta.expected == src.size()) {
+        return Ok(h.clone());
+    }
+    let t0 = now_ms();
+    let mut last = 0.0;
+    let hash = rexvqa_engine::digest::sha256(src, |done, total| {
+        let now = now_ms();
+        if now - last > 200.0 || done == total {
+            last = now;
+            post(&Event::Copy {
+                name: format!("{name} (SHA-256)"),
+                done,
+                total,
+                rate: done as f64 / ((now - t0) / 1000.0).max(1e-3),
+            });
+        }
+    })
+    .await
+    .map_err(|e| format!("{name}: {e}"))?;
+    meta.sha256 = Some(hash.clone());
+    dir.write_text(
+        &meta_name,
+        &serde_json::to_string(&meta).map_err(|e| e.to_string())?,
+    )
+    .await?;
+    Ok(hash)
 }
 
 async fn list_cache() -> Result<Event, String> {
@@ -242,6 +287,7 @@ async fn store_file(dir: &Dir, name: &str, file: &File, arch: &str) -> Result<()
         expected: total,
         architecture: arch.into(),
         source: format!("{}|{}", file.name(), file.last_modified()),
+        sha256: None,
     };
     let prev: Option<FileMeta> = match dir.read_text(&format!("{name}.meta.json")).await {
         Ok(t) => serde_json::from_str(&t).ok(),
@@ -318,6 +364,7 @@ async fn download(dir: &Dir, name: &str, url: &str, arch: &str) -> Result<(), St
         expected: total,
         architecture: arch.into(),
         source: url.into(),
+        sha256: None,
     };
     dir.write_text(
         &format!("{name}.meta.json"),
@@ -404,6 +451,16 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         None => None,
     };
     check_pair(&text_src, mm_src.as_ref()).await?;
+    let mut sha256 = vec![(
+        "text model SHA-256".to_string(),
+        stored_sha256(&dir, text, &text_src).await?,
+    )];
+    if let (Some(m), Some(src)) = (mmproj, mm_src.as_ref()) {
+        sha256.push((
+            "mmproj SHA-256".to_string(),
+            stored_sha256(&dir, m, src).await?,
+        ));
+    }
     let (device, compute) = choose_device().await?;
     // Drop a previous model first so its GPU memory is freed before the new one loads.
     STATE.with(|s| s.borrow_mut().model = None);
@@ -438,6 +495,7 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         vision: model.vision.is_some(),
         load_s: (now_ms() - t0) / 1000.0,
         compute,
+        sha256: sha256.clone(),
         ..Default::default()
     };
     for src in std::iter::once(&text_src).chain(mm_src.as_ref()) {
@@ -459,6 +517,7 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         s.model = Some(Rc::new(model));
+        s.model_sha256 = sha256;
         s.model_name = format!(
             "{}{}",
             text,
@@ -819,6 +878,9 @@ struct RunMeta {
     scope: Scope,
     settings: Settings,
     model: String,
+    /// The loaded files' SHA-256 (runs stored before they were recorded have none).
+    #[serde(default)]
+    model_sha256: Vec<(String, String)>,
     created_ms: f64,
     total: usize,
 }
@@ -971,6 +1033,7 @@ async fn start_eval(split_name: String, scope: Scope, settings: Settings) -> Res
         scope,
         settings,
         model: STATE.with(|st| st.borrow().model_name.clone()),
+        model_sha256: STATE.with(|st| st.borrow().model_sha256.clone()),
         created_ms: js_sys::Date::now(),
         total,
     };
@@ -999,14 +1062,17 @@ async fn export(run_id: &str, format: &str) -> Result<Event, String> {
         "markdown" => (
             "report.md",
             "text/markdown",
-            eval::markdown(
-                &report,
-                &[
-                    ("model", meta.model.clone()),
-                    ("split", meta.split.clone()),
-                    ("app", format!("rexvqa-web {}", env!("CARGO_PKG_VERSION"))),
-                ],
-            ),
+            eval::markdown(&report, &{
+                let mut info = vec![("model", meta.model.clone())];
+                info.extend(
+                    meta.model_sha256
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.clone())),
+                );
+                info.push(("split", meta.split.clone()));
+                info.push(("app", format!("rexvqa-web {}", env!("CARGO_PKG_VERSION"))));
+                info
+            }),
         ),
         "report" => (
             "report.json",

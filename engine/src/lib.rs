@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod device;
+pub mod digest;
 pub mod eval;
 pub mod gguf;
 pub mod image;

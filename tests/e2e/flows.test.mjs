@@ -6,6 +6,7 @@
 // synthetic split under rexvqa/, and the CLI's eval outputs under cli/) and REXVQA_BIN.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { serve } from './server.mjs';
@@ -106,6 +107,17 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   for (const [id, rec] of Object.entries(cliPred)) {
     assert.equal(exported[id].model_prediction, rec.model_prediction, id);
     assert.equal(exported[id].correct_answer, rec.correct_answer, id);
+  }
+
+  // The Markdown report names the exact weights: the files' SHA-256, as the CLI's report does.
+  const [md] = await Promise.all([page.waitForEvent('download'), page.getByTestId('report-export-markdown').click()]);
+  const mdText = readFileSync(await md.path(), 'utf8');
+  const cliMd = readFileSync(join(FIX, 'cli', 'pred.json.report.md'), 'utf8');
+  for (const [label, file] of [['text model', 'tiny-q8_0.gguf'], ['mmproj', 'tiny-q8_0-mmproj.gguf']]) {
+    const hex = createHash('sha256').update(readFileSync(join(FIX, file))).digest('hex');
+    const row = `| ${label} SHA-256 | ${hex} |`;
+    assert.ok(mdText.includes(row), `browser report lacks ${row}`);
+    assert.ok(cliMd.includes(row), `CLI report lacks ${row}`);
   }
 
   // Reload in the middle of a second run, then resume it to the same numbers.

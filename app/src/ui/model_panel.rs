@@ -148,6 +148,7 @@ pub fn ModelPanel() -> impl IntoView {
                         <dt>"Vision"</dt><dd>{if c.vision { "yes" } else { "no (text only)" }}</dd>
                         <dt>"Runs on"</dt><dd data-testid="model-compute">{c.compute.clone()}</dd>
                         <dt>"Load time"</dt><dd>{format!("{:.1} s", c.load_s)}</dd>
+                        {c.sha256.iter().map(|(k, v)| view! { <dt>{k.clone()}</dt><dd class="hash" data-testid="model-sha256">{v.clone()}</dd> }).collect_view()}
                     </dl>
                 </div>
             })}

@@ -54,8 +54,8 @@ pub fn ReportPanel() -> impl IntoView {
                             view! {
                                 <div class="row">
                                     <button class="secondary" data-testid="report-export-leaderboard" on:click=export("leaderboard")>"Predictions (leaderboard JSON)"</button>
-                                    <button class="secondary" on:click=export("csv")>"CSV"</button>
-                                    <button class="secondary" on:click=export("markdown")>"Markdown report"</button>
+                                    <button class="secondary" data-testid="report-export-csv" on:click=export("csv")>"CSV"</button>
+                                    <button class="secondary" data-testid="report-export-markdown" on:click=export("markdown")>"Markdown report"</button>
                                 </div>
                             }
                         })}

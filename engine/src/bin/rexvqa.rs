@@ -511,18 +511,19 @@ fn run(cli: Cli) -> Result<(), String> {
                 );
             }
             let report = eval::report(&split, &done, &s, in_scope);
-            let info = [
+            let mut info = vec![
                 ("text model", m.model.display().to_string()),
-                (
-                    "mmproj",
-                    m.mmproj
-                        .as_ref()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_else(|| "none".into()),
-                ),
-                ("backend", format!("{:?}", m.backend).to_lowercase()),
-                ("engine", format!("rexvqa {}", env!("CARGO_PKG_VERSION"))),
+                ("text model SHA-256", file_sha256(&m.model)?),
             ];
+            match &m.mmproj {
+                Some(p) => {
+                    info.push(("mmproj", p.display().to_string()));
+                    info.push(("mmproj SHA-256", file_sha256(p)?));
+                }
+                None => info.push(("mmproj", "none".into())),
+            }
+            info.push(("backend", format!("{:?}", m.backend).to_lowercase()));
+            info.push(("engine", format!("rexvqa {}", env!("CARGO_PKG_VERSION"))));
             write(
                 &out,
                 &serde_json::to_string_pretty(&eval::leaderboard(&split, &done))
@@ -718,6 +719,11 @@ fn run(cli: Cli) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn file_sha256(path: &Path) -> Result<String, String> {
+    let src = FileSource::open(path).map_err(|e| err(path, e))?;
+    pollster::block_on(rexvqa_engine::digest::sha256(&src, |_, _| {})).map_err(|e| err(path, e))
 }
 
 fn unpack(out: &Path, split: Option<&Path>, parts: &[PathBuf]) -> Result<(), String> {
