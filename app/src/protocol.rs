@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use rexvqa_engine::calibrate::Projection;
 use rexvqa_engine::eval::{Answer, EvalReport, Settings};
 use rexvqa_engine::image::Policy;
 use rexvqa_engine::quiz::{Quiz, QuizReport, QuizResults, QuizSettings, ReaderStudy};
@@ -192,6 +193,15 @@ pub enum Request {
         split: String,
         /// File names, one per attached file.
         names: Vec<String>,
+    },
+    /// Time a few questions (whole studies) and project the scope's and the split's run time.
+    Calibrate {
+        /// Split name.
+        split: String,
+        /// The scope to project.
+        scope: Scope,
+        /// How it would run.
+        settings: Settings,
     },
     /// Stop unpacking the image archive (what is unpacked stays).
     UnpackCancel,
@@ -554,6 +564,15 @@ pub enum Event {
     EvalProgress(EvalProgress),
     /// Progress of unpacking an image archive.
     Unpack(UnpackProgress),
+    /// Progress and result of a calibration run.
+    Calibration {
+        /// Questions timed so far.
+        done: usize,
+        /// Questions to time.
+        total: usize,
+        /// Projection for the chosen scope, then for the whole split (when finished).
+        projections: Option<(Projection, Projection)>,
+    },
     /// A report (of a finished run, a partial run, or merged shards).
     Report {
         /// Run id (or "merged").

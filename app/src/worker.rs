@@ -527,6 +527,43 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
     Ok(card)
 }
 
+/// Times 20 questions (whole studies) and projects the scope and the split.
+async fn calibrate(split_name: &str, scope: &Scope, settings: &Settings) -> Result<(), String> {
+    let (model, s) = (model()?, split(split_name)?);
+    if STATE.with(|st| st.borrow().eval.is_some()) {
+        return Err("an evaluation is running: calibrate before or after it".into());
+    }
+    let indices = s.select(scope).map_err(|e| e.to_string())?;
+    let p = rexvqa_engine::calibrate::run(
+        &model,
+        &s,
+        &indices,
+        settings,
+        &FileStore::current(),
+        &PerfClock,
+        20,
+        0,
+        &mut |done, total| {
+            post(&Event::Calibration {
+                done,
+                total,
+                projections: None,
+            })
+        },
+    )
+    .await
+    .map_err(|e| e.to_string())?
+    .ok_or("the scope holds no questions")?;
+    let all = s.eval_order();
+    let whole = p.for_counts(all.len(), rexvqa_engine::calibrate::count_studies(&s, &all));
+    post(&Event::Calibration {
+        done: p.timed,
+        total: p.timed,
+        projections: Some((p, whole)),
+    });
+    Ok(())
+}
+
 /// An attached file and its path.
 type Named = (String, File);
 
@@ -1193,6 +1230,11 @@ async fn handle(req: Request, attached: Vec<File>) {
                 post(&list_cache().await?);
             }
             Request::OpenDataset { paths } => open_dataset(paths, attached).await?,
+            Request::Calibrate {
+                split,
+                scope,
+                settings,
+            } => calibrate(&split, &scope, &settings).await?,
             Request::UnpackCancel => {
                 if let Some(c) = STATE.with(|s| s.borrow().unpack_cancel.clone()) {
                     c.set(true);

@@ -2,6 +2,7 @@
 //! tokenizer, ReXVQA data and the benchmark's scoring. No UI code lives here.
 
 pub mod bench;
+pub mod calibrate;
 pub mod device;
 pub mod digest;
 pub mod eval;

@@ -120,6 +120,17 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
     assert.ok(cliMd.includes(row), `CLI report lacks ${row}`);
   }
 
+  // A calibration run times whole studies (here all 3, 9 questions) and projects the split.
+  await tab(page, 'eval');
+  await page.getByTestId('eval-calibrate').click();
+  await page.getByTestId('calibration').waitFor({ timeout: SLOW });
+  const calib = await page.getByTestId('calibration').textContent();
+  console.log(`calibration: ${calib}`);
+  assert.match(calib, /^Measured on this device \(9 questions from 3 studies, after a warm-up\): \d+ ms per study .* \+ \d+ ms per question\./);
+  assert.equal(await page.getByTestId('calibration-scope-n').textContent(), '9');
+  assert.match(await page.getByTestId('calibration-split-eta').textContent(), /\d/);
+  mark('calibrated');
+
   // Reload in the middle of a second run, then resume it to the same numbers.
   await tab(page, 'eval');
   await page.getByTestId('eval-start').click();

@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use js_sys::{Array, Object, Reflect};
 use leptos::prelude::*;
+use rexvqa_engine::calibrate::Projection;
 use rexvqa_engine::eval::{Answer, EvalReport};
 use rexvqa_engine::quiz::{Quiz, QuizReport, QuizResults, ReaderStudy};
 use rexvqa_engine::rexvqa::Letter;
@@ -79,6 +80,9 @@ fn local_storage() -> Option<web_sys::Storage> {
 /// Stored model files, evaluation runs, and (used, quota) bytes of browser storage.
 pub type CacheState = (Vec<StoredFile>, Vec<RunInfo>, Option<(f64, f64)>);
 
+/// A calibration: (questions timed, to time, projections for the scope and the split).
+pub type Calibration = (usize, usize, Option<(Projection, Projection)>);
+
 /// A page of questions: (total matching, rows, all tasks, all categories).
 pub type QuestionPage = (usize, Vec<QuestionRow>, Vec<String>, Vec<String>);
 
@@ -98,6 +102,8 @@ pub struct Engine {
     pub model: RwSignal<Option<ModelCard>>,
     /// The opened dataset.
     pub dataset: RwSignal<Option<DatasetSummary>>,
+    /// Calibration: (done, total, projections for the scope and the split when finished).
+    pub calibration: RwSignal<Option<Calibration>>,
     /// Unpacking of an image archive (running or last result).
     pub unpack: RwSignal<Option<UnpackProgress>>,
     /// The current page of questions: (total, rows, tasks, categories).
@@ -162,6 +168,7 @@ impl Engine {
             model: RwSignal::new(None),
             dataset: RwSignal::new(None),
             unpack: RwSignal::new(None),
+            calibration: RwSignal::new(None),
             questions: RwSignal::new((0, Vec::new(), Vec::new(), Vec::new())),
             question: RwSignal::new(None),
             images: RwSignal::new_local(HashMap::new()),
@@ -320,6 +327,11 @@ impl Engine {
                 self.busy.set(None);
                 self.dataset.set(Some(d));
             }
+            Event::Calibration {
+                done,
+                total,
+                projections,
+            } => self.calibration.set(Some((done, total, projections))),
             Event::Unpack(p) => {
                 self.busy.set(None);
                 self.unpack.set(Some(p));
@@ -396,6 +408,11 @@ impl Engine {
             Event::Error { context, message } => {
                 self.busy.set(None);
                 self.progress.set(None);
+                self.calibration.update(|c| {
+                    if c.as_ref().is_some_and(|c| c.2.is_none()) {
+                        *c = None;
+                    }
+                });
                 self.unpack.update(|u| {
                     if let Some(u) = u.as_mut().filter(|u| u.state == "running") {
                         u.state = "stopped".into();

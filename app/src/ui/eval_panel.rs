@@ -30,7 +30,8 @@ pub fn EvalPanel() -> impl IntoView {
             split.set(first.clone());
         }
     });
-    let start = move |_| {
+    // The scope and settings on screen, or why the scope is invalid.
+    let chosen = move || -> Option<(Scope, Settings)> {
         let scope = match scope_kind.get_untracked().as_str() {
             "first" => Scope::First(n.get_untracked()),
             "stratified" => Scope::Stratified {
@@ -41,22 +42,39 @@ pub fn EvalPanel() -> impl IntoView {
                 Ok(s) => s,
                 Err(e) => {
                     engine.error(format!("Evaluate: {e}"));
-                    return;
+                    return None;
                 }
             },
             _ => Scope::All,
         };
-        engine.send(&Request::EvalStart {
-            split: split.get_untracked(),
-            scope,
-            settings: Settings {
-                mode: mode.get_untracked(),
-                policy: policy.get_untracked(),
-                all_images: all_images.get_untracked(),
-                ..Settings::default()
-            },
-        });
+        let settings = Settings {
+            mode: mode.get_untracked(),
+            policy: policy.get_untracked(),
+            all_images: all_images.get_untracked(),
+            ..Settings::default()
+        };
+        Some((scope, settings))
     };
+    let start = move |_| {
+        if let Some((scope, settings)) = chosen() {
+            engine.send(&Request::EvalStart {
+                split: split.get_untracked(),
+                scope,
+                settings,
+            });
+        }
+    };
+    let calibrate = move |_| {
+        if let Some((scope, settings)) = chosen() {
+            engine.calibration.set(Some((0, 20, None)));
+            engine.send(&Request::Calibrate {
+                split: split.get_untracked(),
+                scope,
+                settings,
+            });
+        }
+    };
+    let calibrating = move || engine.calibration.get().is_some_and(|c| c.2.is_none());
     let running = move || {
         engine
             .eval
@@ -97,8 +115,25 @@ pub fn EvalPanel() -> impl IntoView {
                     <option value="scale">"scale"</option><option value="minmax">"min–max"</option><option value="pillow-clamp">"pillow-clamp"</option>
                 </select></label>
                 <label><input type="checkbox" prop:checked=move || all_images.get() on:change=move |ev| all_images.set(event_target_checked(&ev)) />" all views (official: first image)"</label>
-                <button data-testid="eval-start" disabled=move || !ready() || running() on:click=start>"Start"</button>
+                <button data-testid="eval-start" disabled=move || !ready() || running() || calibrating() on:click=start>"Start"</button>
+                <button class="secondary" data-testid="eval-calibrate" title="Time 20 questions on this device and project how long the run takes"
+                    disabled=move || !ready() || running() || calibrating() on:click=calibrate>"Estimate time (20 questions)"</button>
             </div>
+            {move || engine.calibration.get().map(|(done, total, p)| match p {
+                None => view! { <p role="status" data-testid="calibration-progress">{format!("Timing questions on this device… {done} / {total}")}</p> }.into_any(),
+                Some((scope, split)) => view! {
+                    <div data-testid="calibration" role="status">
+                        <p>{format!(
+                            "Measured on this device ({} questions from {} studies, after a warm-up): {:.0} ms per study (its image, once) + {:.0} ms per question.",
+                            scope.timed, scope.timed_studies, scope.per_study_ms, scope.per_question_ms
+                        )}</p>
+                        <p>"Projected: this scope ("<span data-testid="calibration-scope-n">{scope.questions}</span>" questions, "{scope.studies}" studies) "
+                            <strong data-testid="calibration-scope-eta">{duration(scope.total_s)}</strong>
+                            "; the whole split ("{split.questions}" questions, "{split.studies}" studies) "
+                            <strong data-testid="calibration-split-eta">{duration(split.total_s)}</strong>"."</p>
+                    </div>
+                }.into_any(),
+            })}
             {move || engine.eval.get().map(|p| {
                 let frac = if p.total > 0 { p.done as f64 / p.total as f64 } else { 0.0 };
                 let state = p.state.clone();

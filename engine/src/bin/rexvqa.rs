@@ -200,6 +200,20 @@ enum Command {
         #[arg(long, default_value = "test")]
         split: String,
     },
+    /// Time a few questions on this device (whole studies, one warm-up first) and project how
+    /// long the whole split takes: per-study and per-question costs, and the total (JSON).
+    Calibrate {
+        #[command(flatten)]
+        m: ModelArgs,
+        #[command(flatten)]
+        d: DataArgs,
+        /// Questions to time (whole studies until at least this many).
+        #[arg(long, default_value_t = 20)]
+        questions: usize,
+        /// Seed of the study draw.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Unpack the PNGs of the image archive (`deid_png.part*`, a split zstd tar) into a folder;
     /// files already there with the right size are kept, so an interrupted unpack resumes.
     Unpack {
@@ -672,6 +686,33 @@ fn run(cli: Cli) -> Result<(), String> {
                 "{}",
                 serde_json::to_string_pretty(&out.map_err(|e| e.to_string())?)
                     .map_err(|e| e.to_string())?
+            );
+        }
+        Command::Calibrate {
+            m,
+            d,
+            questions,
+            seed,
+        } => {
+            let (split, folder) = open_split(&d)?;
+            let model = load_model(&m)?;
+            let all = split.eval_order();
+            let p = pollster::block_on(rexvqa_engine::calibrate::run(
+                &model,
+                &split,
+                &all,
+                &settings(&d),
+                &folder,
+                &Wall(Instant::now()),
+                questions,
+                seed,
+                &mut |k, n| eprintln!("{k}/{n} timed"),
+            ))
+            .map_err(|e| e.to_string())?
+            .ok_or("the split has no questions to time")?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&p).map_err(|e| e.to_string())?
             );
         }
         Command::Unpack { out, split, parts } => unpack(&out, split.as_deref(), &parts)?,
