@@ -203,6 +203,15 @@ pub enum Request {
         /// How it would run.
         settings: Settings,
     },
+    /// Run the benchmark harness (the one `rexvqa bench` runs) on the loaded model.
+    Bench {
+        /// Prompt lengths for the prefill figure.
+        prefill: Vec<usize>,
+        /// Tokens to decode.
+        decode: usize,
+        /// Generation cap of the official-mode question.
+        official_max_tokens: usize,
+    },
     /// Stop unpacking the image archive (what is unpacked stays).
     UnpackCancel,
     /// Delete the images unpacked from archives.
@@ -564,6 +573,11 @@ pub enum Event {
     EvalProgress(EvalProgress),
     /// Progress of unpacking an image archive.
     Unpack(UnpackProgress),
+    /// Benchmark results: the JSON `rexvqa bench` writes, plus browser facts.
+    Bench {
+        /// The JSON text.
+        json: String,
+    },
     /// Progress and result of a calibration run.
     Calibration {
         /// Questions timed so far.

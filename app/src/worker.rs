@@ -61,6 +61,8 @@ struct EvalCtl {
 struct State {
     model: Option<Rc<Model>>,
     model_name: String,
+    /// Where the loaded model runs, in words.
+    model_compute: String,
     /// ("text model SHA-256", hex) and the mmproj's, for reports.
     model_sha256: Vec<(String, String)>,
     files: Rc<HashMap<String, File>>,
@@ -518,6 +520,7 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         let mut s = s.borrow_mut();
         s.model = Some(Rc::new(model));
         s.model_sha256 = sha256;
+        s.model_compute = card.compute.clone();
         s.model_name = format!(
             "{}{}",
             text,
@@ -525,6 +528,62 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         );
     });
     Ok(card)
+}
+
+/// Runs the benchmark harness on the loaded model; the JSON matches `rexvqa bench`'s.
+async fn bench(
+    prefill: Vec<usize>,
+    decode: usize,
+    official_max_tokens: usize,
+) -> Result<(), String> {
+    let model = model()?;
+    if STATE.with(|st| st.borrow().eval.is_some()) {
+        return Err("an evaluation is running: benchmark before or after it".into());
+    }
+    let opts = rexvqa_engine::bench::BenchOptions {
+        prefill_lengths: prefill,
+        decode_tokens: decode,
+        questions: 4,
+        official_max_tokens,
+    };
+    let r = rexvqa_engine::bench::run(&model, &opts, &PerfClock)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Wasm memory never shrinks, so its size now is the peak heap.
+    let heap = wasm_bindgen::memory()
+        .dyn_into::<js_sys::WebAssembly::Memory>()
+        .ok()
+        .and_then(|m| m.buffer().dyn_into::<js_sys::ArrayBuffer>().ok())
+        .map(|b| b.byte_length());
+    let (name, sha256, adapter, compute, backend) = STATE.with(|st| {
+        let st = st.borrow();
+        (
+            st.model_name.clone(),
+            st.model_sha256.clone(),
+            st.adapter.clone().flatten().map(|a| a.0),
+            st.compute,
+            st.model_compute.clone(),
+        )
+    });
+    let user_agent = Reflect::get(&js_sys::global(), &"navigator".into())
+        .and_then(|n| Reflect::get(&n, &"userAgent".into()))
+        .ok()
+        .and_then(|v| v.as_string());
+    let json = serde_json::json!({
+        "engine": format!("rexvqa-web {}", env!("CARGO_PKG_VERSION")),
+        "backend": backend,
+        "compute_choice": compute.key(),
+        "adapter": adapter,
+        "user_agent": user_agent,
+        "model": name,
+        "sha256": sha256,
+        "wasm_heap_bytes": heap,
+        "results": r,
+    });
+    post(&Event::Bench {
+        json: serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    });
+    Ok(())
 }
 
 /// Times 20 questions (whole studies) and projects the scope and the split.
@@ -1235,6 +1294,11 @@ async fn handle(req: Request, attached: Vec<File>) {
                 scope,
                 settings,
             } => calibrate(&split, &scope, &settings).await?,
+            Request::Bench {
+                prefill,
+                decode,
+                official_max_tokens,
+            } => bench(prefill, decode, official_max_tokens).await?,
             Request::UnpackCancel => {
                 if let Some(c) = STATE.with(|s| s.borrow().unpack_cancel.clone()) {
                     c.set(true);

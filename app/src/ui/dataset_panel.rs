@@ -200,7 +200,7 @@ pub fn DatasetPanel() -> impl IntoView {
                     {(d.unpacked_images > 0).then(|| view! {
                         <p data-testid="unpacked-count">
                             {format!("{} images unpacked in browser storage. ", d.unpacked_images)}
-                            <button data-testid="unpacked-delete" on:click=move |_| engine.send(&Request::DeleteUnpacked)>"Delete unpacked images"</button>
+                            <button class="secondary" data-testid="unpacked-delete" on:click=move |_| engine.send(&Request::DeleteUnpacked)>"Delete unpacked images"</button>
                         </p>
                     })}
                     {d.warnings.iter().map(|w| view! { <p class="warn">{w.clone()}</p> }).collect_view()}

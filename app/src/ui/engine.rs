@@ -102,6 +102,8 @@ pub struct Engine {
     pub model: RwSignal<Option<ModelCard>>,
     /// The opened dataset.
     pub dataset: RwSignal<Option<DatasetSummary>>,
+    /// Benchmark: None idle, Some(None) running, Some(Some(json)) done.
+    pub bench: RwSignal<Option<Option<String>>>,
     /// Calibration: (done, total, projections for the scope and the split when finished).
     pub calibration: RwSignal<Option<Calibration>>,
     /// Unpacking of an image archive (running or last result).
@@ -169,6 +171,7 @@ impl Engine {
             dataset: RwSignal::new(None),
             unpack: RwSignal::new(None),
             calibration: RwSignal::new(None),
+            bench: RwSignal::new(None),
             questions: RwSignal::new((0, Vec::new(), Vec::new(), Vec::new())),
             question: RwSignal::new(None),
             images: RwSignal::new_local(HashMap::new()),
@@ -327,6 +330,7 @@ impl Engine {
                 self.busy.set(None);
                 self.dataset.set(Some(d));
             }
+            Event::Bench { json } => self.bench.set(Some(Some(json))),
             Event::Calibration {
                 done,
                 total,
@@ -408,6 +412,9 @@ impl Engine {
             Event::Error { context, message } => {
                 self.busy.set(None);
                 self.progress.set(None);
+                if self.bench.get_untracked() == Some(None) {
+                    self.bench.set(None);
+                }
                 self.calibration.update(|c| {
                     if c.as_ref().is_some_and(|c| c.2.is_none()) {
                         *c = None;

@@ -2,6 +2,7 @@
 //! read its signals, never owning engine state.
 
 mod about_panel;
+mod bench_panel;
 mod dataset_panel;
 pub mod engine;
 mod eval_panel;
@@ -17,6 +18,7 @@ use leptos::prelude::*;
 use web_sys::KeyboardEvent;
 
 use about_panel::AboutPanel;
+use bench_panel::BenchPanel;
 use dataset_panel::DatasetPanel;
 use engine::Engine;
 use eval_panel::EvalPanel;
@@ -82,7 +84,7 @@ pub fn App() -> impl IntoView {
                 </div>
             })}
             <GpuPanel state=engine.gpu />
-            <div hidden=move || tab.get() != "model"><ModelPanel /></div>
+            <div hidden=move || tab.get() != "model"><ModelPanel /><BenchPanel /></div>
             <div hidden=move || tab.get() != "data"><DatasetPanel /></div>
             <div hidden=move || tab.get() != "study"><StudyPanel /></div>
             <div hidden=move || tab.get() != "eval"><EvalPanel /></div>

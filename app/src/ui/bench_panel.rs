@@ -1,0 +1,114 @@
+//! Benchmark card: runs the engine's harness (the one `rexvqa bench` runs) on the loaded model
+//! in this browser and shows the figures, with the JSON to save.
+
+use leptos::prelude::*;
+
+use super::engine::Engine;
+use crate::protocol::Request;
+
+/// Rows (label, value) of the harness JSON worth a glance.
+fn rows(json: &str) -> Vec<(String, String)> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Vec::new();
+    };
+    let r = &v["results"];
+    let num = |x: &serde_json::Value| x.as_f64().unwrap_or(f64::NAN);
+    let mut out = vec![
+        (
+            "runs on".into(),
+            v["backend"].as_str().unwrap_or("").to_string(),
+        ),
+        (
+            "image encode, first (ms)".into(),
+            format!("{:.0}", num(&r["image_encode_first_ms"])),
+        ),
+        (
+            "image encode (ms)".into(),
+            format!("{:.0}", num(&r["image_encode_ms"])),
+        ),
+    ];
+    for p in r["prefill"].as_array().into_iter().flatten() {
+        out.push((
+            format!("prefill {} tokens (tokens/s)", p[0]),
+            format!("{:.1}", num(&p[1])),
+        ));
+    }
+    out.extend([
+        (
+            "decode (tokens/s)".into(),
+            format!("{:.2}", num(&r["decode_tokens_per_s"])),
+        ),
+        (
+            "fast questions/s, study cached".into(),
+            format!("{:.3}", num(&r["fast_questions_per_s"])),
+        ),
+        (
+            "fast questions/s, nothing cached".into(),
+            format!("{:.3}", num(&r["fast_questions_per_s_cold"])),
+        ),
+        (
+            "official questions/s".into(),
+            format!("{:.3}", num(&r["official_questions_per_s"])),
+        ),
+        (
+            "wasm heap (MB)".into(),
+            format!("{:.0}", num(&v["wasm_heap_bytes"]) / 1e6),
+        ),
+    ]);
+    out
+}
+
+/// The benchmark card (shown with a loaded model).
+#[component]
+pub fn BenchPanel() -> impl IntoView {
+    let engine = expect_context::<Engine>();
+    let prefill = RwSignal::new("300,1000".to_string());
+    let decode = RwSignal::new(32usize);
+    let official = RwSignal::new(16usize);
+    let run = move |_| {
+        let lengths: Result<Vec<usize>, _> = prefill
+            .get_untracked()
+            .split(',')
+            .map(|x| x.trim().parse::<usize>())
+            .collect();
+        match lengths {
+            Ok(l) if !l.is_empty() && l.iter().all(|&n| n > 0) => {
+                engine.bench.set(Some(None));
+                engine.send(&Request::Bench {
+                    prefill: l,
+                    decode: decode.get_untracked().max(1),
+                    official_max_tokens: official.get_untracked().max(1),
+                });
+            }
+            _ => engine.error(
+                "Benchmark: prompt lengths are positive numbers separated by commas, e.g. 300,1000"
+                    .into(),
+            ),
+        }
+    };
+    let running = move || engine.bench.get() == Some(None);
+    move || {
+        engine.model.get().map(|_| view! {
+        <section class="card" data-testid="bench-panel" aria-labelledby="bench-title">
+            <h2 id="bench-title">"Benchmark"</h2>
+            <p class="hint">"Times this model on this browser and device: image encode, prefill, decode, and fast/official questions on a synthetic study. The same harness as the native "<code>"rexvqa bench"</code>", so the JSON can be compared with bench/compare.py's."</p>
+            <div class="row">
+                <label>"prompt lengths " <input class="narrow" data-testid="bench-prefill" prop:value=move || prefill.get() on:input=move |ev| prefill.set(event_target_value(&ev)) /></label>
+                <label>"decode tokens " <input type="number" min="1" class="narrow" data-testid="bench-decode" prop:value=move || decode.get() on:input=move |ev| decode.set(event_target_value(&ev).parse().unwrap_or(1)) /></label>
+                <label>"official cap " <input type="number" min="1" class="narrow" data-testid="bench-official" prop:value=move || official.get() on:input=move |ev| official.set(event_target_value(&ev).parse().unwrap_or(1)) /></label>
+                <button data-testid="bench-run" disabled=running on:click=run>"Run benchmark"</button>
+            </div>
+            {move || running().then(|| view! { <p role="status">"Running the benchmark…"</p> })}
+            {move || engine.bench.get().flatten().map(|json| {
+                let save = json.clone();
+                view! {
+                    <table class="grid" data-testid="bench-results"><tbody>
+                        {rows(&json).into_iter().map(|(k, v)| view! { <tr><td>{k}</td><td class="mono">{v}</td></tr> }).collect_view()}
+                    </tbody></table>
+                    <button class="secondary" data-testid="bench-save" on:click=move |_| engine.download("rexvqa-web-bench.json", "application/json", &save)>"Save JSON"</button>
+                }
+            })}
+        </section>
+    })
+    }
+}

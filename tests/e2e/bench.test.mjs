@@ -1,0 +1,48 @@
+// End-to-end: the in-browser benchmark runs the engine's harness on the loaded tiny model and
+// saves the same JSON shape `rexvqa bench` writes (every figure measured, none zero or missing).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { serve } from './server.mjs';
+import { launch, openPage, SHOTS } from './browser.mjs';
+import { BIN, DIST, FIX, SLOW, loadModelFromFiles } from './steps.mjs';
+
+let server;
+let context;
+
+before(async () => {
+  assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
+  server = await serve(DIST);
+  context = await launch();
+});
+after(async () => {
+  await context?.close();
+  await server?.close();
+});
+
+test('benchmark page: the harness in the browser, saved as JSON', { timeout: 600_000 }, async () => {
+  const { page, problems, offHost } = await openPage(context, server.url);
+  await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
+  await loadModelFromFiles(page);
+  await page.getByTestId('bench-prefill').fill('64,128');
+  await page.getByTestId('bench-decode').fill('8');
+  await page.getByTestId('bench-official').fill('4');
+  await page.getByTestId('bench-run').click();
+  await page.getByTestId('bench-results').waitFor({ timeout: SLOW });
+  await page.screenshot({ path: join(SHOTS, 'bench-panel.png'), fullPage: true });
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('bench-save').click()]);
+  const j = JSON.parse(readFileSync(await download.path(), 'utf8'));
+  console.log(JSON.stringify(j.results));
+  const r = j.results;
+  assert.deepEqual(r.prefill.map((p) => p[0]), [64, 128]);
+  for (const [, tps] of r.prefill) assert.ok(tps > 0);
+  for (const k of ['image_encode_first_ms', 'image_encode_ms', 'decode_tokens_per_s', 'fast_questions_per_s',
+    'fast_questions_per_s_cold', 'official_questions_per_s']) assert.ok(r[k] > 0, k);
+  assert.equal(r.official_max_tokens, 4);
+  assert.ok(j.wasm_heap_bytes > 0);
+  assert.match(j.backend, /^(CPU|WebGPU)/);
+  assert.equal(j.sha256.length, 2);
+  assert.deepEqual(problems, [], 'console errors');
+  assert.deepEqual(offHost, [], 'requests that left 127.0.0.1');
+});
