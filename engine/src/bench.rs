@@ -15,7 +15,8 @@ use crate::session::{Model, Session};
 /// Measured figures (times in milliseconds, rates per second).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct BenchReport {
-    /// The first image encoding (includes shader compilation on GPUs).
+    /// The first image encoding (includes shader compilation on GPUs). This and the image and
+    /// question figures below are 0 for a model loaded without its mmproj.
     pub image_encode_first_ms: f64,
     /// Mean of the following encodings.
     pub image_encode_ms: f64,
@@ -92,33 +93,36 @@ pub async fn run(
         official_max_tokens: opts.official_max_tokens,
         ..Default::default()
     };
-    let vision = model
-        .vision
-        .as_ref()
-        .ok_or_else(|| ModelError::Prompt("the benchmark needs the mmproj file".into()))?;
-    let size = vision.cfg.image_size as u32;
-    let mut rng = SplitMix64::new(7);
-    let img = crate::image::Image8 {
-        width: 640,
-        height: 560,
-        channels: 1,
-        data: synthetic_xray(640, 560, &mut rng)
-            .iter()
-            .map(|v| (v >> 8) as u8)
-            .collect(),
+    // Without an mmproj only the text figures are measured (the image and question ones stay 0),
+    // which is what a text-only GGUF can be compared with llama-bench on.
+    let image = match model.vision.as_ref() {
+        Some(vision) => {
+            let size = vision.cfg.image_size as u32;
+            let mut rng = SplitMix64::new(7);
+            let img = crate::image::Image8 {
+                width: 640,
+                height: 560,
+                channels: 1,
+                data: synthetic_xray(640, 560, &mut rng)
+                    .iter()
+                    .map(|v| (v >> 8) as u8)
+                    .collect(),
+            };
+            let pixels = crate::image::preprocess_with(&img, size, vision.cfg.mean, vision.cfg.std);
+            let t = clock.now_ms();
+            let feats = model.encode_image(&pixels)?;
+            sync(model).await?;
+            r.image_encode_first_ms = clock.now_ms() - t;
+            let t = clock.now_ms();
+            for _ in 0..2 {
+                model.encode_image(&pixels)?;
+            }
+            sync(model).await?;
+            r.image_encode_ms = (clock.now_ms() - t) / 2.0;
+            Some((pixels, feats))
+        }
+        None => None,
     };
-    let pixels = crate::image::preprocess_with(&img, size, vision.cfg.mean, vision.cfg.std);
-
-    let t = clock.now_ms();
-    let feats = model.encode_image(&pixels)?;
-    sync(model).await?;
-    r.image_encode_first_ms = clock.now_ms() - t;
-    let t = clock.now_ms();
-    for _ in 0..2 {
-        model.encode_image(&pixels)?;
-    }
-    sync(model).await?;
-    r.image_encode_ms = (clock.now_ms() - t) / 2.0;
 
     let filler = model.tokenizer.encode(
         " The heart size is normal and the lungs are clear.",
@@ -141,13 +145,23 @@ pub async fn run(
             .push((n, n as f64 / ((clock.now_ms() - t) / 1000.0)));
     }
 
-    let ids = question_ids(model, 0)?;
     let mut cache = model.decoder.new_cache();
     let hidden = model.decoder.cfg.hidden;
-    let t_all = ids.len();
-    let mut h = model
-        .prefill(&ids, std::slice::from_ref(&feats), &mut cache)?
-        .slice([t_all - 1..t_all, 0..hidden]);
+    let prompt = match &image {
+        Some((_, feats)) => {
+            let ids = question_ids(model, 0)?;
+            model.prefill(&ids, std::slice::from_ref(feats), &mut cache)?
+        }
+        None => {
+            let ids: Vec<u32> = std::iter::once(model.tokenizer.bos())
+                .chain(filler.iter().copied().cycle())
+                .take(64)
+                .collect();
+            model.prefill(&ids, &[], &mut cache)?
+        }
+    };
+    let t_all = prompt.dims()[0];
+    let mut h = prompt.slice([t_all - 1..t_all, 0..hidden]);
     let t = clock.now_ms();
     for _ in 0..opts.decode_tokens {
         let logits = read_f32(model.decoder.logits(h)).await?;
@@ -158,6 +172,9 @@ pub async fn run(
     }
     sync(model).await?;
     r.decode_tokens_per_s = opts.decode_tokens as f64 / ((clock.now_ms() - t) / 1000.0);
+    let Some((pixels, _)) = image else {
+        return Ok(r);
+    };
 
     // A study of `questions` questions: encode once, reuse the shared prompt prefix.
     let t = clock.now_ms();
