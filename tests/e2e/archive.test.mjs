@@ -3,26 +3,14 @@
 // its own (every image missing), the parts are picked in the wrong order, the referenced images
 // are unpacked into browser storage, a question's answer equals the native CLI's on the folder
 // copy of the same images, the unpacked images survive a reload, and a missing part is named.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { serve } from './server.mjs';
-import { launch, openPage, SHOTS } from './browser.mjs';
-import { BIN, DIST, FIX, SLOW, assertSameAnswer, cliAnswer, loadModelFromFiles, tab } from './steps.mjs';
+import { SHOTS } from './browser.mjs';
+import { assertSameAnswer, cliAnswer, FIX, loadModelFromFiles, servedApp, SLOW, tab } from './steps.mjs';
 
-let server;
-let context;
-
-before(async () => {
-  assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
-  server = await serve(DIST);
-  context = await launch();
-});
-after(async () => {
-  await context?.close();
-  await server?.close();
-});
+const openApp = servedApp();
 
 const PARTS = () => readdirSync(join(FIX, 'archive')).filter((n) => n.startsWith('deid_png.part')).sort();
 const JSON_FILE = () => join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json');
@@ -41,7 +29,7 @@ async function missing(page) {
 test('images unpacked from deid_png.part* archives, kept across reloads', { timeout: 900_000 }, async () => {
   const parts = PARTS();
   assert.ok(parts.length >= 3, `the fixture archive has ${parts.length} parts`);
-  const { page, problems, offHost } = await openPage(context, server.url);
+  const { page, problems, offHost } = await openApp();
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
 
   // The JSON alone: every referenced image is missing.

@@ -1,28 +1,16 @@
 // End-to-end: the in-browser benchmark runs the engine's harness on the loaded tiny model and
 // saves the same JSON shape `rexvqa bench` writes (every figure measured, none zero or missing).
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { serve } from './server.mjs';
-import { launch, openPage, SHOTS } from './browser.mjs';
-import { BIN, DIST, FIX, SLOW, loadModelFromFiles } from './steps.mjs';
+import { SHOTS } from './browser.mjs';
+import { loadModelFromFiles, servedApp, SLOW } from './steps.mjs';
 
-let server;
-let context;
-
-before(async () => {
-  assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
-  server = await serve(DIST);
-  context = await launch();
-});
-after(async () => {
-  await context?.close();
-  await server?.close();
-});
+const openApp = servedApp();
 
 test('benchmark page: the harness in the browser, saved as JSON', { timeout: 600_000 }, async () => {
-  const { page, problems, offHost } = await openPage(context, server.url);
+  const { page, problems, offHost } = await openApp();
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
   await loadModelFromFiles(page);
   await page.getByTestId('bench-prefill').fill('64,128');

@@ -4,28 +4,16 @@
 //
 // Needs the fixtures scripts/test.sh prepares (REXVQA_E2E: a folder with the tiny GGUF pair, a
 // synthetic split under rexvqa/, and the CLI's eval outputs under cli/) and REXVQA_BIN.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { serve } from './server.mjs';
-import { launch, openPage, SHOTS } from './browser.mjs';
-import { BIN, DIST, FIX, SLOW, assertSameAnswer, cliAnswer, loadModelFromFiles, loadStoredModel, openDataset, tab } from './steps.mjs';
+import { SHOTS } from './browser.mjs';
+import { assertSameAnswer, cliAnswer, FIX, loadModelFromFiles, loadStoredModel, openDataset, servedApp, SLOW, tab } from './steps.mjs';
 
 
-let server;
-let context;
-
-before(async () => {
-  assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
-  server = await serve(DIST);
-  context = await launch();
-});
-after(async () => {
-  await context?.close();
-  await server?.close();
-});
+const openApp = servedApp();
 
 const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 const t0 = Date.now();
@@ -51,7 +39,7 @@ function cliReport() {
 }
 
 test('model, dataset, answer, evaluate, reload and resume — all in the browser', { timeout: 1_800_000 }, async () => {
-  const { page, problems, offHost } = await openPage(context, server.url);
+  const { page, problems, offHost } = await openApp();
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
 
   // Automatic compute: a software adapter (SwiftShader here) is slower than the CPU path.

@@ -3,29 +3,17 @@
 // test computes itself from what the app revealed (accuracy, Cohen's κ, confusion counts).
 //
 // Needs the fixtures scripts/test.sh prepares (REXVQA_E2E, REXVQA_BIN), like flows.test.mjs.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { serve } from './server.mjs';
-import { launch, openPage, SHOTS } from './browser.mjs';
-import { BIN, DIST, FIX, SLOW, loadModelFromFiles, loadStoredModel, openDataset, tab } from './steps.mjs';
+import { SHOTS } from './browser.mjs';
+import { BIN, FIX, loadModelFromFiles, loadStoredModel, openDataset, servedApp, SLOW, tab } from './steps.mjs';
 
 const SPLIT = () => join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json');
 
-let server;
-let context;
-
-before(async () => {
-  assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
-  server = await serve(DIST);
-  context = await launch();
-});
-after(async () => {
-  await context?.close();
-  await server?.close();
-});
+const openApp = servedApp();
 
 async function prepare(page, stored) {
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
@@ -63,7 +51,7 @@ test('a seeded quiz answered by keyboard, resumed after a reload, scored like an
   const truth = JSON.parse(readFileSync(SPLIT(), 'utf8'));
   const next = (l) => 'ABCD'[('ABCD'.indexOf(l) + 1) % 4];
   const plan = expected.map((id, i) => (i === 1 ? next(truth[id].correct_answer) : truth[id].correct_answer));
-  const { page, problems, offHost } = await openPage(context, server.url);
+  const { page, problems, offHost } = await openApp();
   await prepare(page, false);
   await page.getByTestId('quiz-count').fill('3');
   await page.getByTestId('quiz-seed').fill('4');

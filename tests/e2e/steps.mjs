@@ -4,11 +4,31 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
+import { before, after } from 'node:test';
+import { serve } from './server.mjs';
+import { launch, openPage } from './browser.mjs';
 
 export const FIX = process.env.REXVQA_E2E;
 export const BIN = process.env.REXVQA_BIN;
 export const DIST = process.env.REXVQA_DIST ?? 'dist';
 export const SLOW = 240_000;
+
+// Serves dist/ on 127.0.0.1 and launches Chromium around the calling test file; returns a
+// function that opens a fresh page of the app (with its console problems and off-host requests).
+export function servedApp() {
+  let server;
+  let context;
+  before(async () => {
+    assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
+    server = await serve(DIST);
+    context = await launch();
+  });
+  after(async () => {
+    await context?.close();
+    await server?.close();
+  });
+  return () => openPage(context, server.url);
+}
 
 export async function tab(page, id) {
   await page.getByTestId(`tab-${id}`).click();
