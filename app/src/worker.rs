@@ -545,6 +545,8 @@ async fn bench(
         decode_tokens: decode,
         questions: 4,
         official_max_tokens,
+        kernel_rows: vec![1, 256],
+        kernel_reps: 3,
     };
     let r = rexvqa_engine::bench::run(&model, &opts, &PerfClock)
         .await

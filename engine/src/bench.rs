@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::eval::Clock;
 use crate::model::ModelError;
-use crate::model::nn::read_f32;
+use crate::quant::ops::{GEMV_MAX_M, Kernel, QMatrix};
 use crate::rexvqa::synth::synthetic_xray;
 use crate::rexvqa::{Letter, prompt};
 use crate::rng::SplitMix64;
@@ -34,6 +34,35 @@ pub struct BenchReport {
     pub official_tokens: f64,
     /// The generation cap used for official questions.
     pub official_max_tokens: usize,
+    /// Device memory the weights take right after loading (GPU backends; None on the CPU).
+    pub device_bytes_after_load: Option<u64>,
+    /// The most device memory reserved at any stage of the run (GPU backends; None on the CPU).
+    pub peak_device_bytes: Option<u64>,
+    /// Each weight shape of the model multiplied on its own, with every kernel the device has.
+    pub kernels: Vec<KernelTiming>,
+}
+
+/// One weight matrix multiplied by `m` input rows with one kernel.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KernelTiming {
+    /// GGUF tensor name (without `.weight`).
+    pub matrix: String,
+    /// Its block type.
+    pub ty: String,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// Input rows.
+    pub m: usize,
+    /// The kernel ([`Kernel::Auto`] on the CPU, which has one path).
+    pub kernel: Kernel,
+    /// Mean time of one multiplication.
+    pub ms: f64,
+    /// Packed weight bytes read per second, in GB/s (what bounds decoding).
+    pub weight_gb_per_s: f64,
+    /// Arithmetic rate, 2·m·rows·cols per second, in GFLOP/s (what bounds prefill).
+    pub gflop_per_s: f64,
 }
 
 /// What to measure.
@@ -47,6 +76,10 @@ pub struct BenchOptions {
     pub questions: usize,
     /// Generation cap for official questions (256 in the protocol; smaller for quick runs).
     pub official_max_tokens: usize,
+    /// Input row counts the kernel timings use (empty: no kernel timings).
+    pub kernel_rows: Vec<usize>,
+    /// Repetitions per kernel timing (after one warm-up).
+    pub kernel_reps: usize,
 }
 
 impl Default for BenchOptions {
@@ -56,6 +89,8 @@ impl Default for BenchOptions {
             decode_tokens: 32,
             questions: 4,
             official_max_tokens: 256,
+            kernel_rows: vec![1, 256],
+            kernel_reps: 3,
         }
     }
 }
@@ -65,6 +100,50 @@ async fn sync(model: &Model) -> Result<(), ModelError> {
         .device()
         .sync()
         .map_err(|e| ModelError::Readback(format!("{e:?}")))
+}
+
+/// Device memory reserved now (None on the CPU backend).
+fn device_bytes(model: &Model) -> Option<u64> {
+    model.device().memory_pool_usage().map(|u| u.bytes_reserved)
+}
+
+/// Times `q · x` for `m` random rows with `kernel`.
+async fn time_kernel(
+    model: &Model,
+    name: &str,
+    q: &QMatrix,
+    m: usize,
+    kernel: Kernel,
+    reps: usize,
+    clock: &impl Clock,
+) -> Result<KernelTiming, ModelError> {
+    let mut rng = SplitMix64::new(m as u64);
+    let x: Vec<f32> = (0..m * q.cols).map(|_| rng.unit_f32() - 0.5).collect();
+    let x = burn::tensor::Tensor::<2>::from_data(
+        burn::tensor::TensorData::new(x, [m, q.cols]),
+        model.device(),
+    );
+    // The warm-up compiles the kernel for this type.
+    drop(q.matmul_with(x.clone(), kernel));
+    sync(model).await?;
+    let t = clock.now_ms();
+    for _ in 0..reps {
+        drop(q.matmul_with(x.clone(), kernel));
+    }
+    sync(model).await?;
+    let ms = (clock.now_ms() - t) / reps as f64;
+    let bytes = q.ty.bytes_for((q.rows * q.cols) as u64).unwrap_or(0) as f64;
+    Ok(KernelTiming {
+        matrix: name.to_string(),
+        ty: q.ty.to_string(),
+        rows: q.rows,
+        cols: q.cols,
+        m,
+        kernel,
+        ms,
+        weight_gb_per_s: bytes / (ms * 1e6),
+        gflop_per_s: 2.0 * (m * q.rows * q.cols) as f64 / (ms * 1e6),
+    })
 }
 
 fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
@@ -91,7 +170,15 @@ pub async fn run(
 ) -> Result<BenchReport, ModelError> {
     let mut r = BenchReport {
         official_max_tokens: opts.official_max_tokens,
+        device_bytes_after_load: device_bytes(model),
         ..Default::default()
+    };
+    let mut peak = r.device_bytes_after_load;
+    let mut sample = |model: &Model| {
+        peak = match (peak, device_bytes(model)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
     };
     // Without an mmproj only the text figures are measured (the image and question ones stay 0),
     // which is what a text-only GGUF can be compared with llama-bench on.
@@ -144,9 +231,9 @@ pub async fn run(
         r.prefill
             .push((n, n as f64 / ((clock.now_ms() - t) / 1000.0)));
     }
+    sample(model);
 
     let mut cache = model.decoder.new_cache();
-    let hidden = model.decoder.cfg.hidden;
     let prompt = match &image {
         Some((_, feats)) => {
             let ids = question_ids(model, 0)?;
@@ -160,19 +247,45 @@ pub async fn run(
             model.prefill(&ids, &[], &mut cache)?
         }
     };
-    let t_all = prompt.dims()[0];
-    let mut h = prompt.slice([t_all - 1..t_all, 0..hidden]);
+    // Greedy decoding as `Session::generate` does it: the next id stays on the device.
+    let mut pending = model.decoder.greedy(prompt);
     let t = clock.now_ms();
     for _ in 0..opts.decode_tokens {
-        let logits = read_f32(model.decoder.logits(h)).await?;
-        let next = crate::session::argmax(&logits) as u32;
-        h = model
-            .prefill(&[next], &[], &mut cache)?
-            .slice([0..1, 0..hidden]);
+        pending = model
+            .decoder
+            .greedy(model.decoder.forward_token(pending, &mut cache));
     }
-    sync(model).await?;
+    drop(pending.into_data_async().await);
     r.decode_tokens_per_s = opts.decode_tokens as f64 / ((clock.now_ms() - t) / 1000.0);
+    sample(model);
+    drop(cache);
+
+    let mut matrices = model.decoder.matrices();
+    if let Some(v) = &model.vision {
+        matrices.extend(v.matrices());
+    }
+    for &m in &opts.kernel_rows {
+        for (name, q) in &matrices {
+            // The head only ever sees the last position.
+            if *name == "token_embd" && m > 1 {
+                continue;
+            }
+            for kernel in Kernel::available(model.device()) {
+                // Each kernel where it is the automatic choice, and the naive baseline at both.
+                let gemv = matches!(kernel, Kernel::Gemv | Kernel::GemvSubgroup);
+                if gemv != (m <= GEMV_MAX_M) && kernel != Kernel::Naive && kernel != Kernel::Auto {
+                    continue;
+                }
+                r.kernels.push(
+                    time_kernel(model, name, q, m, kernel, opts.kernel_reps.max(1), clock).await?,
+                );
+            }
+        }
+    }
+    sample(model);
+
     let Some((pixels, _)) = image else {
+        r.peak_device_bytes = peak;
         return Ok(r);
     };
 
@@ -211,5 +324,7 @@ pub async fn run(
         .await?;
     r.official_questions_per_s = 1000.0 / (clock.now_ms() - t);
     r.official_tokens = out.len() as f64;
+    sample(model);
+    r.peak_device_bytes = peak;
     Ok(r)
 }

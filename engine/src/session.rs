@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 
 use crate::gguf::{Gguf, RangeSource};
 use crate::image::{self, Policy};
@@ -331,21 +331,38 @@ impl<'m> Session<'m> {
         on_token: &mut dyn FnMut(u32, &str),
     ) -> Result<Vec<u32>, ModelError> {
         let stops = [ids::EOS, ids::END_OF_TURN, self.model.tokenizer.eos()];
-        let (mut h, mut cache) = self.run(ids, images)?;
+        let (h, mut cache) = self.run(ids, images)?;
+        let decoder = &self.model.decoder;
+        // The next token's id stays on the device: the step after it is queued before the id is
+        // read back, so the device never idles while the host checks for a stop token. A stop
+        // wastes that one queued step, whose cache is dropped with this call.
+        let mut pending = decoder.greedy(h);
         let mut out = Vec::new();
-        for _ in 0..max_new {
-            let logits = read_f32(self.model.decoder.logits(h)).await?;
-            let next = argmax(&logits) as u32;
+        for step in 0..max_new {
+            let ahead = (step + 1 < max_new)
+                .then(|| decoder.greedy(decoder.forward_token(pending.clone(), &mut cache)));
+            let next = read_u32(pending).await?[0];
             if stops.contains(&next) {
                 break;
             }
             out.push(next);
             on_token(next, &self.model.tokenizer.decode(&out, true));
-            let hh = self.model.prefill(&[next], &[], &mut cache)?;
-            h = hh;
+            match ahead {
+                Some(a) => pending = a,
+                None => break,
+            }
         }
         Ok(out)
     }
+}
+
+/// A small u32 tensor's values on the host.
+async fn read_u32(t: Tensor<1, Int>) -> Result<Vec<u32>, ModelError> {
+    t.into_data_async()
+        .await
+        .map_err(|e| ModelError::Readback(format!("{e:?}")))?
+        .try_into_vec::<u32>()
+        .map_err(|e| ModelError::Readback(format!("{e:?}")))
 }
 
 fn count_image_runs(ids: &[u32]) -> usize {

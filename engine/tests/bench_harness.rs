@@ -45,6 +45,8 @@ fn opts() -> BenchOptions {
         decode_tokens: 4,
         questions: 2,
         official_max_tokens: 3,
+        kernel_rows: vec![1, 16],
+        kernel_reps: 1,
     }
 }
 
@@ -68,6 +70,23 @@ fn every_figure_is_measured_with_the_mmproj() {
         assert!(v.is_finite() && v > 0.0, "{name} = {v}");
     }
     assert!(r.official_tokens >= 1.0 && r.official_tokens <= 3.0);
+    // Every matrix of the text and vision towers, at both row counts, timed.
+    let names: std::collections::BTreeSet<_> = r.kernels.iter().map(|k| &k.matrix[..]).collect();
+    assert!(names.contains("blk.0.ffn_down") && names.contains("v.blk.0.ffn_up"));
+    assert!(names.contains("token_embd") && names.contains("mm.input_projection"));
+    for k in &r.kernels {
+        assert!(
+            k.ms > 0.0 && k.weight_gb_per_s > 0.0 && k.gflop_per_s > 0.0,
+            "{k:?}"
+        );
+    }
+    // Every matrix at both row counts, but the head only at one (it sees the last position).
+    assert_eq!(
+        r.kernels.iter().filter(|k| k.m == 16).count() + 1,
+        r.kernels.iter().filter(|k| k.m == 1).count()
+    );
+    // The CPU backend reports no device memory.
+    assert_eq!(r.peak_device_bytes, None);
 }
 
 #[test]

@@ -3,18 +3,28 @@
 use rexvqa_engine::device;
 use rexvqa_engine::model::fused;
 use rexvqa_engine::quant::conformance::{cases, check_matmul};
+use rexvqa_engine::quant::ops::Kernel;
 
+/// Every case with every kernel the device offers, and with the automatic choice.
 fn run_all(dev: &burn::tensor::Device, label: &str) {
-    for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
-        // Small chunks force the multi-buffer path on the larger cases.
-        let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
-        let o = pollster::block_on(check_matmul(dev, ty, m, n, k, chunk, i as u64)).unwrap();
-        assert!(
-            o.worst_ratio <= 1.0,
-            "{label}: {} (error {:.2}× the bound)",
-            o.worst,
-            o.worst_ratio
-        );
+    let mut kernels = Kernel::available(dev);
+    if !kernels.contains(&Kernel::Auto) {
+        kernels.push(Kernel::Auto);
+    }
+    eprintln!("{label}: kernels {kernels:?}");
+    for kernel in kernels {
+        for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
+            // Small chunks force the multi-buffer path on the larger cases.
+            let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
+            let o = pollster::block_on(check_matmul(dev, kernel, ty, m, n, k, chunk, i as u64))
+                .unwrap();
+            assert!(
+                o.worst_ratio <= 1.0,
+                "{label}: {} (error {:.2}× the bound)",
+                o.worst,
+                o.worst_ratio
+            );
+        }
     }
 }
 

@@ -42,6 +42,7 @@ mod model_in_browser {
     use rexvqa_engine::model::fused;
     use rexvqa_engine::model::nn::read_f32;
     use rexvqa_engine::quant::conformance::{cases, check_matmul};
+    use rexvqa_engine::quant::ops::Kernel;
     use rexvqa_engine::rexvqa::{Letter, prompt};
     use rexvqa_engine::session::{LoadOptions, Model, Session};
     use wasm_bindgen_test::*;
@@ -62,17 +63,21 @@ mod model_in_browser {
     #[wasm_bindgen_test]
     async fn every_quant_kernel_matches_the_cpu_reference_on_webgpu() {
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
-        for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
-            let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
-            let o = check_matmul(&dev, ty, m, n, k, chunk, i as u64)
-                .await
-                .unwrap();
-            assert!(
-                o.worst_ratio <= 1.0,
-                "WebGPU: {} ({:.2}× the bound)",
-                o.worst,
-                o.worst_ratio
-            );
+        let mut kernels = Kernel::available(&dev);
+        kernels.push(Kernel::Auto);
+        for kernel in kernels {
+            for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
+                let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
+                let o = check_matmul(&dev, kernel, ty, m, n, k, chunk, i as u64)
+                    .await
+                    .unwrap();
+                assert!(
+                    o.worst_ratio <= 1.0,
+                    "WebGPU: {} ({:.2}× the bound)",
+                    o.worst,
+                    o.worst_ratio
+                );
+            }
         }
     }
 

@@ -159,6 +159,9 @@ enum Command {
         /// Generation cap of the official-mode question.
         #[arg(long, default_value_t = 256)]
         official_max_tokens: usize,
+        /// Input row counts for the per-matrix kernel timings (empty: none).
+        #[arg(long, value_delimiter = ',', default_value = "1,256")]
+        kernel_rows: Vec<usize>,
         /// Write the JSON here too.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -564,6 +567,7 @@ fn run(cli: Cli) -> Result<(), String> {
             prefill,
             decode,
             official_max_tokens,
+            kernel_rows,
             out,
         } => {
             let t0 = Instant::now();
@@ -574,6 +578,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 decode_tokens: decode,
                 questions: 4,
                 official_max_tokens,
+                kernel_rows,
+                kernel_reps: 3,
             };
             let r = pollster::block_on(rexvqa_engine::bench::run(
                 &model,

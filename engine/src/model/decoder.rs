@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::ModelError;
 use super::config::TextConfig;
@@ -268,6 +268,24 @@ impl Decoder {
         cache
             .image_spans
             .extend(spans.iter().map(|s| s.start + q0..s.end + q0));
+        Ok(self.layers_after(x, cache))
+    }
+
+    /// Runs one token whose id is on the device (`[1]` u32, e.g. a device argmax) through the
+    /// decoder after `cache`: greedy decoding never has to read the id back to continue.
+    pub fn forward_token(&self, id: Tensor<1, Int>, cache: &mut KvCache) -> Tensor<2> {
+        let x = self
+            .token_embd
+            .gather_device(id)
+            .mul_scalar((self.cfg.hidden as f32).sqrt());
+        self.layers_after(x, cache)
+    }
+
+    /// The decoder layers and final norm on embedded inputs `x [t, hidden]` that follow what
+    /// `cache` holds (whose image spans already include `x`'s).
+    fn layers_after(&self, mut x: Tensor<2>, cache: &mut KvCache) -> Tensor<2> {
+        let c = &self.cfg;
+        let (q0, t) = (cache.len, x.dims()[0]);
         let positions: Vec<usize> = (q0..q0 + t).collect();
         let rope_global = rope_tables(
             &positions,
@@ -295,7 +313,7 @@ impl Decoder {
             x = layer.forward(x, c, rope, m, &mut cache.layers[i]);
         }
         cache.len += t;
-        Ok(rms_norm(x, &self.output_norm, c.eps))
+        rms_norm(x, &self.output_norm, c.eps)
     }
 
     fn softcap(&self, logits: Tensor<2>) -> Tensor<2> {
@@ -310,6 +328,17 @@ impl Decoder {
         self.softcap(self.token_embd.matmul(hidden))
     }
 
+    /// The most likely next token after the last position of `hidden`, left on the device
+    /// (`[1]` u32; the first on ties).
+    pub fn greedy(&self, hidden: Tensor<2>) -> Tensor<1, Int> {
+        let t = hidden.dims()[0];
+        let last = hidden.slice([t - 1..t, 0..self.cfg.hidden]);
+        self.logits(last)
+            .argmax(1)
+            .reshape([1])
+            .cast(burn::tensor::IntDType::U32)
+    }
+
     /// Logits of chosen tokens only, computing just those head rows: `[t, hidden] → [t, ids]`.
     pub fn logits_for(&self, hidden: Tensor<2>, ids: &[u32]) -> Tensor<2> {
         let rows = self.token_embd.gather(ids);
@@ -319,6 +348,24 @@ impl Decoder {
     /// Device the weights live on.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The distinct weight matrices of one layer and the tied head, by GGUF name (layers share
+    /// shapes and types, so these are what the benchmark times kernel by kernel).
+    pub fn matrices(&self) -> Vec<(&'static str, &QMatrix)> {
+        let mut v = vec![("token_embd", &self.token_embd)];
+        if let Some(l) = self.layers.first() {
+            v.extend([
+                ("blk.0.attn_q", &l.attn_q),
+                ("blk.0.attn_k", &l.attn_k),
+                ("blk.0.attn_v", &l.attn_v),
+                ("blk.0.attn_output", &l.attn_output),
+                ("blk.0.ffn_gate", &l.ffn_gate),
+                ("blk.0.ffn_up", &l.ffn_up),
+                ("blk.0.ffn_down", &l.ffn_down),
+            ]);
+        }
+        v
     }
 }
 

@@ -42,6 +42,25 @@ fn linear(x: Tensor<2>, (w, b): &(QMatrix, Tensor<1>)) -> Tensor<2> {
 }
 
 impl Vision {
+    /// The weight matrices of the patch embedding, one layer and the projector, by GGUF name.
+    pub fn matrices(&self) -> Vec<(&'static str, &QMatrix)> {
+        let mut v = vec![
+            ("v.patch_embd", &self.patch_embd.0),
+            ("mm.input_projection", &self.input_projection),
+        ];
+        if let Some(l) = self.layers.first() {
+            v.extend([
+                ("v.blk.0.attn_q", &l.attn_q.0),
+                ("v.blk.0.attn_k", &l.attn_k.0),
+                ("v.blk.0.attn_v", &l.attn_v.0),
+                ("v.blk.0.attn_out", &l.attn_out.0),
+                ("v.blk.0.ffn_up", &l.ffn_up.0),
+                ("v.blk.0.ffn_down", &l.ffn_down.0),
+            ]);
+        }
+        v
+    }
+
     /// Loads the mmproj weights; `text_hidden` is the decoder width the projector must reach.
     pub async fn load<S: RangeSource>(
         l: &mut Loader<'_, S>,

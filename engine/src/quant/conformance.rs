@@ -4,7 +4,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::ops::QMatrix;
+use super::ops::{Kernel, QMatrix};
 use super::{dequantize_vec, random_blocks};
 use crate::gguf::GgmlType;
 use crate::rng::SplitMix64;
@@ -33,10 +33,12 @@ async fn read(t: Tensor<2>) -> Result<Vec<f32>, String> {
         .map_err(|e| format!("{e:?}"))
 }
 
-/// Checks `x [m, k] · Wᵀ` for random well-formed blocks of `ty` (`n` rows, split into chunks of
-/// at most `chunk_bytes`) and a row gather, on `device`.
+/// Checks `x [m, k] · Wᵀ` with `kernel` for random well-formed blocks of `ty` (`n` rows, split
+/// into chunks of at most `chunk_bytes`) and a row gather, on `device`.
+#[allow(clippy::too_many_arguments)]
 pub async fn check_matmul(
     device: &Device,
+    kernel: Kernel,
     ty: GgmlType,
     m: usize,
     n: usize,
@@ -50,7 +52,7 @@ pub async fn check_matmul(
     let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
     let q = QMatrix::upload(ty, &bytes, n, k, device, chunk_bytes).map_err(|e| e.to_string())?;
     let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
-    let got = read(q.matmul(xt)).await?;
+    let got = read(q.matmul_with(xt, kernel)).await?;
     if got.len() != m * n {
         return Err(format!(
             "{ty}: got {} outputs, expected {}",
@@ -78,7 +80,7 @@ pub async fn check_matmul(
                 worst = Outcome {
                     worst_ratio: ratio,
                     worst: format!(
-                        "{ty} m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"
+                        "{kernel:?} {ty} m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"
                     ),
                 };
             }
@@ -98,10 +100,22 @@ pub async fn check_matmul(
             ));
         }
     }
+    // The same rows looked up with ids that stay on the device.
+    let dev_ids = burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(
+        TensorData::new(ids.clone(), [ids.len()]),
+        (device, burn::tensor::DType::U32),
+    );
+    if read(q.gather_device(dev_ids)).await? != rows {
+        return Err(format!(
+            "{ty}: rows gathered with device ids differ from the host-id gather"
+        ));
+    }
     Ok(worst)
 }
 
-/// The shapes every backend is checked on: tiny, odd (prime row counts), and real row lengths.
+/// The shapes every backend and kernel is checked on: tiny, odd (prime row counts), real row
+/// lengths, input rows past one matrix–vector group (9) and output tiles cut on both sides
+/// (70 × 67), and for the float types a row length that is no multiple of the tile step.
 pub fn cases() -> Vec<(GgmlType, usize, usize, usize)> {
     let mut v = Vec::new();
     for ty in GgmlType::all().filter(|t| t.is_supported()) {
@@ -110,6 +124,11 @@ pub fn cases() -> Vec<(GgmlType, usize, usize, usize)> {
         v.push((ty, 1, 7, k_small));
         v.push((ty, 3, 13, 2 * k_small.max(bs)));
         v.push((ty, 5, 31, 768));
+        v.push((ty, 9, 3, k_small));
+        v.push((ty, 70, 67, k_small));
+        if bs == 1 {
+            v.push((ty, 66, 5, 75));
+        }
     }
     v
 }

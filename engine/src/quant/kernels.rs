@@ -216,8 +216,11 @@ pub fn qmatmul_kernel(
     out[idx] = acc;
 }
 
-/// `out[t, j] = W[ids[t] - row0, j]`: an embedding lookup on packed rows.
+/// `out[t, j] = W[ids[t] - row0, j]`: an embedding lookup on packed rows; 0 for ids outside
+/// `row0..row0 + rows`, so ids that stay on the device can be looked up in every chunk of a
+/// split matrix and the parts added (adding exact zeros changes nothing).
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub fn qgather_kernel(
     ids: &Tensor<u32>,
     w: &Tensor<u32>,
@@ -225,6 +228,7 @@ pub fn qgather_kernel(
     k: u32,
     row_words: u32,
     row0: u32,
+    rows: u32,
     #[comptime] ty: u32,
 ) {
     let idx = ABSOLUTE_POS;
@@ -234,6 +238,215 @@ pub fn qgather_kernel(
     let k = k as usize;
     let t = idx / k;
     let j = idx % k;
-    let r = (ids[t] - row0) as usize;
-    out[idx] = dequant_one(w, r * row_words as usize, j, ty);
+    let id = ids[t];
+    let mut v = 0.0f32;
+    if id >= row0 {
+        let r = id - row0;
+        if r < rows {
+            v = dequant_one(w, r as usize * row_words as usize, j, ty);
+        }
+    }
+    out[idx] = v;
+}
+
+/// Input rows a matrix–vector invocation carries (each decoded weight is used this many times).
+pub const GEMV_ROWS: usize = 4;
+
+/// Invocations per workgroup of [`qgemv_kernel`]; a power of two for the tree reduction.
+pub const GEMV_THREADS: u32 = 64;
+
+/// `out[m, r] = Σ_j x[m, j] · W[r, j]` for few input rows (decode): one workgroup per output
+/// row and group of [`GEMV_ROWS`] input rows, its invocations striding along the row so that
+/// neighbours read neighbouring weight bytes, then a workgroup reduction: subgroup sums when
+/// `plane` (the adapter has subgroups), a shared-memory tree otherwise.
+///
+/// The workgroup index is linear over a 2-D dispatch (`CUBE_POS`), since a vocabulary-sized
+/// matrix has more rows than one dispatch dimension allows (65535).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn qgemv_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    out: &mut Tensor<f32>,
+    m: u32,
+    k: u32,
+    n: u32,
+    row_words: u32,
+    #[comptime] ty: u32,
+    #[comptime] plane: bool,
+) {
+    let n = n as usize;
+    let m = m as usize;
+    let k = k as usize;
+    let mut sums = Shared::<[f32]>::new_slice(GEMV_ROWS * GEMV_THREADS as usize);
+    let cube = CUBE_POS;
+    let groups = m.div_ceil(GEMV_ROWS);
+    // Uniform across the workgroup, so no invocation skips a barrier another one waits at.
+    if cube >= n * groups {
+        terminate!();
+    }
+    let r = cube % n;
+    let m0 = (cube / n) * GEMV_ROWS;
+    let lane = UNIT_POS as usize;
+    let row = r * row_words as usize;
+    let mut acc = Array::<f32>::new(GEMV_ROWS);
+    #[unroll]
+    for i in 0..GEMV_ROWS {
+        acc[i] = 0.0f32;
+    }
+    let mut j = lane;
+    while j < k {
+        let wv = dequant_one(w, row, j, ty);
+        #[unroll]
+        for i in 0..GEMV_ROWS {
+            if m0 + i < m {
+                acc[i] += x[(m0 + i) * k + j] * wv;
+            }
+        }
+        j += GEMV_THREADS as usize;
+    }
+    if comptime!(plane) {
+        // One partial sum per subgroup, then the first invocation adds the subgroups'.
+        let planes = GEMV_THREADS / PLANE_DIM;
+        let p = (UNIT_POS / PLANE_DIM) as usize;
+        #[unroll]
+        for i in 0..GEMV_ROWS {
+            let s = plane_sum(acc[i]);
+            if UNIT_POS_PLANE == 0 {
+                sums[i * GEMV_THREADS as usize + p] = s;
+            }
+        }
+        sync_cube();
+        if lane == 0 {
+            #[unroll]
+            for i in 0..GEMV_ROWS {
+                let mut t = 0.0f32;
+                for q in 0..planes as usize {
+                    t += sums[i * GEMV_THREADS as usize + q];
+                }
+                if m0 + i < m {
+                    out[(m0 + i) * n + r] = t;
+                }
+            }
+        }
+    } else {
+        #[unroll]
+        for i in 0..GEMV_ROWS {
+            sums[i * GEMV_THREADS as usize + lane] = acc[i];
+        }
+        sync_cube();
+        // From the runtime CUBE_DIM_X, not the constant: CubeCL folds a constant initialiser
+        // into a comptime value, and mutating it in a runtime loop fails IR verification
+        // ("expected operand type cube.ptr, but found cube.index").
+        let mut stride = (CUBE_DIM_X / 2) as usize;
+        while stride > 0 {
+            if lane < stride {
+                #[unroll]
+                for i in 0..GEMV_ROWS {
+                    let b = i * GEMV_THREADS as usize;
+                    let v = sums[b + lane] + sums[b + lane + stride];
+                    sums[b + lane] = v;
+                }
+            }
+            sync_cube();
+            stride /= 2;
+        }
+        if lane < GEMV_ROWS && m0 + lane < m {
+            out[(m0 + lane) * n + r] = sums[lane * GEMV_THREADS as usize];
+        }
+    }
+}
+
+/// Output tile side of [`qmatmul_tiled_kernel`] (input rows × weight rows per workgroup).
+pub const TILE: usize = 64;
+/// Weights per row staged per step; 2 · 64 · 16 floats = 8 KiB of workgroup memory.
+pub const TILE_K: usize = 16;
+/// Invocations per tile side: 16 × 16, each computing 4 × 4 outputs.
+pub const TILE_THREADS: u32 = 16;
+const PER: usize = TILE / TILE_THREADS as usize;
+/// Staged elements each invocation loads per step, of `x` and of the weights.
+const LOADS: usize = TILE * TILE_K / (TILE_THREADS * TILE_THREADS) as usize;
+
+/// `out[m, r] = Σ_j x[m, j] · W[r, j]` for many input rows (prefill, vision): a workgroup stages
+/// a 64 × 16 slice of `x` and the same slice of 64 weight rows, decoded once, in workgroup
+/// memory, and each invocation accumulates a 4 × 4 block of outputs from it. Each weight is
+/// decoded once per 64 input rows instead of once per output.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn qmatmul_tiled_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    out: &mut Tensor<f32>,
+    m: u32,
+    k: u32,
+    n: u32,
+    row_words: u32,
+    #[comptime] ty: u32,
+) {
+    let m = m as usize;
+    let k = k as usize;
+    let n = n as usize;
+    let tx = UNIT_POS_X as usize;
+    let ty_ = UNIT_POS_Y as usize;
+    let tid = ty_ * TILE_THREADS as usize + tx;
+    let threads = (TILE_THREADS * TILE_THREADS) as usize;
+    let bn = CUBE_POS_X as usize * TILE;
+    let bm = CUBE_POS_Y as usize * TILE;
+    let mut xs = Shared::<[f32]>::new_slice(TILE * TILE_K);
+    let mut ws = Shared::<[f32]>::new_slice(TILE * TILE_K);
+    let mut acc = Array::<f32>::new(PER * PER);
+    #[unroll]
+    for e in 0..PER * PER {
+        acc[e] = 0.0f32;
+    }
+    let mut k0 = 0usize;
+    while k0 < k {
+        #[unroll]
+        for q in 0..LOADS {
+            let e = tid + q * threads;
+            let rr = e / TILE_K;
+            let j = k0 + e % TILE_K;
+            let mut xv = 0.0f32;
+            if bm + rr < m && j < k {
+                xv = x[(bm + rr) * k + j];
+            }
+            xs[e] = xv;
+            let mut wv = 0.0f32;
+            if bn + rr < n && j < k {
+                wv = dequant_one(w, (bn + rr) * row_words as usize, j, ty);
+            }
+            ws[e] = wv;
+        }
+        sync_cube();
+        #[unroll]
+        for kk in 0..TILE_K {
+            let mut a = Array::<f32>::new(PER);
+            let mut b = Array::<f32>::new(PER);
+            #[unroll]
+            for i in 0..PER {
+                a[i] = xs[(ty_ + i * TILE_THREADS as usize) * TILE_K + kk];
+                b[i] = ws[(tx + i * TILE_THREADS as usize) * TILE_K + kk];
+            }
+            #[unroll]
+            for i in 0..PER {
+                #[unroll]
+                for jn in 0..PER {
+                    acc[i * PER + jn] += a[i] * b[jn];
+                }
+            }
+        }
+        sync_cube();
+        k0 += TILE_K;
+    }
+    #[unroll]
+    for i in 0..PER {
+        let row = bm + ty_ + i * TILE_THREADS as usize;
+        #[unroll]
+        for jn in 0..PER {
+            let col = bn + tx + jn * TILE_THREADS as usize;
+            if row < m && col < n {
+                out[row * n + col] = acc[i * PER + jn];
+            }
+        }
+    }
 }

@@ -10,29 +10,103 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
 use super::QuantError;
-use super::kernels::{qgather_kernel, qmatmul_kernel, ty};
+use super::kernels::{
+    GEMV_ROWS, GEMV_THREADS, TILE, TILE_THREADS, qgather_kernel, qgemv_kernel, qmatmul_kernel,
+    qmatmul_tiled_kernel, ty,
+};
 use super::pack::{dequantize_packed, pack_rows, row_words};
 use crate::gguf::GgmlType;
+
+/// Which device kernel multiplies by a quantised matrix (the CPU path ignores it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kernel {
+    /// Chosen from the shape and the adapter: for up to [`GEMV_MAX_M`] input rows
+    /// [`Kernel::Gemv`] (its subgroup form where the adapter has subgroups; [`Kernel::Naive`] on
+    /// software adapters), [`Kernel::Tiled`] above.
+    Auto,
+    /// One invocation per output, looping over the whole row: the simplest form, kept as the
+    /// baseline the others are measured and checked against.
+    Naive,
+    /// A workgroup per output row, reduced through workgroup memory (decode).
+    Gemv,
+    /// [`Kernel::Gemv`] reduced with subgroup sums (adapters with subgroups only).
+    GemvSubgroup,
+    /// 64 × 64 output tiles staged through workgroup memory (prefill and vision).
+    Tiled,
+}
+
+/// Up to this many input rows [`Kernel::Auto`] uses the matrix–vector kernel.
+pub const GEMV_MAX_M: usize = 8;
+
+impl Kernel {
+    fn id(self) -> u32 {
+        self as u32
+    }
+
+    fn from_id(id: u32) -> Kernel {
+        [
+            Kernel::Auto,
+            Kernel::Naive,
+            Kernel::Gemv,
+            Kernel::GemvSubgroup,
+            Kernel::Tiled,
+        ][id as usize]
+    }
+
+    /// The explicit kernels `device` can run (the subgroup form only where the adapter has
+    /// subgroups); the CPU has one path and lists [`Kernel::Auto`] only.
+    pub fn available(device: &Device) -> Vec<Kernel> {
+        match subgroups(device) {
+            None => vec![Kernel::Auto],
+            Some(false) => vec![Kernel::Naive, Kernel::Gemv, Kernel::Tiled],
+            Some(true) => vec![
+                Kernel::Naive,
+                Kernel::Gemv,
+                Kernel::GemvSubgroup,
+                Kernel::Tiled,
+            ],
+        }
+    }
+}
+
+/// Whether a GPU device's adapter has subgroup operations; `None` for the CPU.
+pub fn subgroups(device: &Device) -> Option<bool> {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => Some(
+            d.client()
+                .properties()
+                .features
+                .plane
+                .contains(cubecl::ir::features::Plane::Ops),
+        ),
+        _ => None,
+    }
+}
 
 /// Operations on packed GGUF rows (see [`super::pack`]).
 #[backend_extension(Cube, Flex)]
 pub trait QuantOps: burn::backend::Backend {
-    /// `x [m, k] · Wᵀ → [m, n]` for `n` packed rows of ggml type `ty_id`.
+    /// `x [m, k] · Wᵀ → [m, n]` for `n` packed rows of ggml type `ty_id`, with the kernel
+    /// given by [`Kernel`]'s id.
     fn qmatmul(
         x: FloatTensor<Self>,
         w: IntTensor<Self>,
         ty_id: u32,
         n: usize,
         k: usize,
+        kernel: u32,
     ) -> FloatTensor<Self>;
 
-    /// Rows `ids - row0` of the packed matrix, dequantised: `[ids.len(), k]`.
+    /// Rows `ids - row0` of the packed matrix of `rows` rows, dequantised: `[ids.len(), k]`;
+    /// zero rows for ids outside `row0..row0 + rows`.
     fn qgather(
         ids: IntTensor<Self>,
         w: IntTensor<Self>,
         ty_id: u32,
         k: usize,
         row0: usize,
+        rows: usize,
     ) -> FloatTensor<Self>;
 }
 
@@ -47,6 +121,7 @@ impl QuantOps for Flex {
         ty_id: u32,
         n: usize,
         k: usize,
+        _kernel: u32,
     ) -> FloatTensor<Self> {
         let (x, w) = (x.to_contiguous(), w.to_contiguous());
         let xs: &[f32] = x.as_slice().expect("qmatmul input is f32");
@@ -115,6 +190,7 @@ impl QuantOps for Flex {
         ty_id: u32,
         k: usize,
         row0: usize,
+        rows: usize,
     ) -> FloatTensor<Self> {
         let (ids, w) = (ids.to_contiguous(), w.to_contiguous());
         let ids: &[u32] = ids.as_slice().expect("ids are u32");
@@ -123,7 +199,9 @@ impl QuantOps for Flex {
         let wpr = row_words(ty, k);
         let mut out = vec![0f32; ids.len() * k];
         for (t, y) in out.chunks_exact_mut(k).enumerate() {
-            let r = ids[t] as usize - row0;
+            let Some(r) = (ids[t] as usize).checked_sub(row0).filter(|r| *r < rows) else {
+                continue;
+            };
             dequantize_packed(ty, &ws[r * wpr..(r + 1) * wpr], k, y).expect("row is whole blocks");
         }
         burn::backend::flex::FlexTensor::from_data(TensorData::new(out, [ids.len(), k]))
@@ -149,34 +227,119 @@ macro_rules! by_type {
 }
 
 impl QuantOps for CubeBackend {
-    fn qmatmul(x: CubeTensor, w: CubeTensor, ty_id: u32, n: usize, k: usize) -> CubeTensor {
+    fn qmatmul(
+        x: CubeTensor,
+        w: CubeTensor,
+        ty_id: u32,
+        n: usize,
+        k: usize,
+        kernel: u32,
+    ) -> CubeTensor {
         let (x, w) = (into_contiguous(x), into_contiguous(w));
         let m = x.meta.shape().num_elements() / k;
         let client = x.client.clone();
         let out = empty_device_dtype(client.clone(), x.device.clone(), [m, n].into(), DType::F32);
-        let count = m * n;
-        let cube_dim = cubecl::CubeDim::new(&client, count);
-        let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
         let wpr = row_words(ggml(ty_id), k) as u32;
-        let launch = |t: u32| {
-            qmatmul_kernel::launch(
-                &client,
-                cube_count.clone(),
-                cube_dim,
-                x.clone().into_tensor_arg(),
-                w.clone().into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                k as u32,
-                n as u32,
-                wpr,
-                t,
-            )
+        let plane = client
+            .properties()
+            .features
+            .plane
+            .contains(cubecl::ir::features::Plane::Ops);
+        // A software adapter (lavapipe, SwiftShader) runs invocations as SIMD lanes of CPU
+        // threads, where the naive loop beats a workgroup reduction 2–3.5× (bench, Gemma 3 270M
+        // on lavapipe); on a GPU one workgroup per row reads the weights coalesced instead.
+        let software = client.properties().identity.physical.is_none();
+        let kernel = match Kernel::from_id(kernel) {
+            Kernel::Auto if m <= GEMV_MAX_M && software => Kernel::Naive,
+            Kernel::Auto if m <= GEMV_MAX_M && plane => Kernel::GemvSubgroup,
+            Kernel::Auto if m <= GEMV_MAX_M => Kernel::Gemv,
+            Kernel::Auto => Kernel::Tiled,
+            Kernel::GemvSubgroup if !plane => {
+                panic!("the subgroup kernel needs an adapter with subgroups (Kernel::available)")
+            }
+            other => other,
         };
-        by_type!(ty_id, launch);
+        match kernel {
+            Kernel::Gemv | Kernel::GemvSubgroup => {
+                let cubes = n * m.div_ceil(GEMV_ROWS);
+                let cube_dim = cubecl::CubeDim::new_1d(GEMV_THREADS);
+                let cube_count = cubecl::calculate_cube_count_elemwise(
+                    &client,
+                    cubes * GEMV_THREADS as usize,
+                    cube_dim,
+                );
+                let sub = kernel == Kernel::GemvSubgroup;
+                let launch = |t: u32| {
+                    qgemv_kernel::launch(
+                        &client,
+                        cube_count.clone(),
+                        cube_dim,
+                        x.clone().into_tensor_arg(),
+                        w.clone().into_tensor_arg(),
+                        out.clone().into_tensor_arg(),
+                        m as u32,
+                        k as u32,
+                        n as u32,
+                        wpr,
+                        t,
+                        sub,
+                    )
+                };
+                by_type!(ty_id, launch);
+            }
+            Kernel::Tiled => {
+                let cube_dim = cubecl::CubeDim::new_2d(TILE_THREADS, TILE_THREADS);
+                let cube_count =
+                    cubecl::CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
+                let launch = |t: u32| {
+                    qmatmul_tiled_kernel::launch(
+                        &client,
+                        cube_count.clone(),
+                        cube_dim,
+                        x.clone().into_tensor_arg(),
+                        w.clone().into_tensor_arg(),
+                        out.clone().into_tensor_arg(),
+                        m as u32,
+                        k as u32,
+                        n as u32,
+                        wpr,
+                        t,
+                    )
+                };
+                by_type!(ty_id, launch);
+            }
+            Kernel::Naive | Kernel::Auto => {
+                let count = m * n;
+                let cube_dim = cubecl::CubeDim::new(&client, count);
+                let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
+                let launch = |t: u32| {
+                    qmatmul_kernel::launch(
+                        &client,
+                        cube_count.clone(),
+                        cube_dim,
+                        x.clone().into_tensor_arg(),
+                        w.clone().into_tensor_arg(),
+                        out.clone().into_tensor_arg(),
+                        k as u32,
+                        n as u32,
+                        wpr,
+                        t,
+                    )
+                };
+                by_type!(ty_id, launch);
+            }
+        }
         out
     }
 
-    fn qgather(ids: CubeTensor, w: CubeTensor, ty_id: u32, k: usize, row0: usize) -> CubeTensor {
+    fn qgather(
+        ids: CubeTensor,
+        w: CubeTensor,
+        ty_id: u32,
+        k: usize,
+        row0: usize,
+        rows: usize,
+    ) -> CubeTensor {
         let (ids, w) = (into_contiguous(ids), into_contiguous(w));
         let t = ids.meta.shape().num_elements();
         let client = w.client.clone();
@@ -196,6 +359,7 @@ impl QuantOps for CubeBackend {
                 k as u32,
                 wpr,
                 row0 as u32,
+                rows as u32,
                 tyc,
             )
         };
@@ -306,6 +470,11 @@ impl QMatrix {
 
     /// `x [m, cols] → [m, rows]`.
     pub fn matmul(&self, x: Tensor<2>) -> Tensor<2> {
+        self.matmul_with(x, Kernel::Auto)
+    }
+
+    /// [`QMatrix::matmul`] with a chosen device kernel (tests and the benchmark compare them).
+    pub fn matmul_with(&self, x: Tensor<2>, kernel: Kernel) -> Tensor<2> {
         let outs: Vec<Tensor<2>> = self
             .chunks
             .iter()
@@ -316,6 +485,7 @@ impl QMatrix {
                     self.ty.id(),
                     c.rows,
                     self.cols,
+                    kernel.id(),
                 ))
             })
             .collect();
@@ -349,6 +519,7 @@ impl QMatrix {
                 self.ty.id(),
                 self.cols,
                 c.row0,
+                c.rows,
             )));
         }
         let cat = if parts.len() == 1 {
@@ -365,5 +536,24 @@ impl QMatrix {
             inverse[orig] = pos as u32;
         }
         cat.select(0, u32_tensor(inverse, &device))
+    }
+
+    /// Rows `ids` dequantised, for ids that stay on the device (`[n]` u32, each `< rows`):
+    /// every chunk looks up the ids it holds and the parts are added, so no id is read back.
+    pub fn gather_device(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+        self.chunks
+            .iter()
+            .map(|c| {
+                Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qgather(
+                    ids.clone().into_dispatch(),
+                    c.words.clone().into_dispatch(),
+                    self.ty.id(),
+                    self.cols,
+                    c.row0,
+                    c.rows,
+                ))
+            })
+            .reduce(|a, b| a + b)
+            .expect("a matrix has at least one chunk")
     }
 }
