@@ -166,6 +166,25 @@ impl QuantOps for Flex {
             }
             out
         };
+        // Few input rows (decoding): decode each weight row into a buffer that stays in L1 and
+        // take dot products from it, instead of writing a block out for a GEMM of one row.
+        let block = |b: usize| -> Vec<f32> {
+            if m > GEMV_MAX_M {
+                return block(b);
+            }
+            let r0 = b * ROW_BLOCK;
+            let nb = ROW_BLOCK.min(n - r0);
+            let mut row = vec![0f32; k];
+            let mut out = vec![0f32; m * nb];
+            for r in 0..nb {
+                dequantize_packed(ty, &ws[(r0 + r) * wpr..(r0 + r + 1) * wpr], k, &mut row)
+                    .expect("rows are whole blocks");
+                for i in 0..m {
+                    out[i * nb + r] = dot(&xs[i * k..(i + 1) * k], &row);
+                }
+            }
+            out
+        };
         let n_blocks = n.div_ceil(ROW_BLOCK);
         #[cfg(not(target_arch = "wasm32"))]
         let parts: Vec<Vec<f32>> = {
@@ -206,6 +225,25 @@ impl QuantOps for Flex {
         }
         burn::backend::flex::FlexTensor::from_data(TensorData::new(out, [ids.len(), k]))
     }
+}
+
+/// `Σ a[j]·b[j]` in eight interleaved partial sums, which the compiler keeps in one SIMD
+/// register (a single running sum is a serial dependency chain it may not reorder).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Launches a kernel specialised for the weight type (the type is a compile-time parameter).
