@@ -28,6 +28,12 @@ test('benchmark page: the harness in the browser, saved as JSON', { timeout: 600
   for (const k of ['image_encode_first_ms', 'image_encode_ms', 'decode_tokens_per_s', 'fast_questions_per_s',
     'fast_questions_per_s_cold', 'official_questions_per_s']) assert.ok(r[k] > 0, k);
   assert.equal(r.official_max_tokens, 4);
+  // Kernel timings: every weight shape at 1 and 256 input rows (the head at 1 only), all measured,
+  // and one table row each on the page.
+  assert.ok(r.kernels.some((k) => k.matrix === 'blk.0.ffn_down' && k.m === 256));
+  assert.ok(r.kernels.some((k) => k.matrix === 'v.blk.0.ffn_up' && k.m === 1));
+  for (const k of r.kernels) assert.ok(k.ms > 0 && k.gflop_per_s > 0 && k.weight_gb_per_s > 0, JSON.stringify(k));
+  assert.equal(await page.getByTestId('bench-kernels').locator('tbody tr').count(), r.kernels.length);
   assert.ok(j.wasm_heap_bytes > 0);
   assert.match(j.backend, /^(CPU|WebGPU)/);
   assert.equal(j.sha256.length, 2);

@@ -55,7 +55,36 @@ fn rows(json: &str) -> Vec<(String, String)> {
             format!("{:.0}", num(&v["wasm_heap_bytes"]) / 1e6),
         ),
     ]);
+    // GPU backends only: the CPU path has no device memory to report.
+    if let Some(b) = r["peak_device_bytes"].as_f64() {
+        out.push(("GPU memory, peak (MB)".into(), format!("{:.0}", b / 1e6)));
+    }
     out
+}
+
+/// The per-matrix kernel timings: matrix, type, input rows, kernel, ms, GB/s, GFLOP/s.
+fn kernel_rows(json: &str) -> Vec<[String; 7]> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Vec::new();
+    };
+    let num = |x: &serde_json::Value| x.as_f64().unwrap_or(f64::NAN);
+    let text = |x: &serde_json::Value| x.as_str().unwrap_or("").to_string();
+    v["results"]["kernels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| {
+            [
+                text(&k["matrix"]),
+                format!("{} {}×{}", text(&k["ty"]), k["rows"], k["cols"]),
+                k["m"].to_string(),
+                text(&k["kernel"]),
+                format!("{:.2}", num(&k["ms"])),
+                format!("{:.2}", num(&k["weight_gb_per_s"])),
+                format!("{:.2}", num(&k["gflop_per_s"])),
+            ]
+        })
+        .collect()
 }
 
 /// The benchmark card (shown with a loaded model).
@@ -105,6 +134,15 @@ pub fn BenchPanel() -> impl IntoView {
                     <table class="grid" data-testid="bench-results"><tbody>
                         {rows(&json).into_iter().map(|(k, v)| view! { <tr><td>{k}</td><td class="mono">{v}</td></tr> }).collect_view()}
                     </tbody></table>
+                    <details>
+                        <summary>"Kernel timings (each weight shape on its own)"</summary>
+                        <table class="grid" data-testid="bench-kernels">
+                            <thead><tr><th>"matrix"</th><th>"weights"</th><th>"input rows"</th><th>"kernel"</th><th>"ms"</th><th>"GB/s"</th><th>"GFLOP/s"</th></tr></thead>
+                            <tbody>
+                                {kernel_rows(&json).into_iter().map(|cells| view! { <tr>{cells.into_iter().map(|c| view! { <td class="mono">{c}</td> }).collect_view()}</tr> }).collect_view()}
+                            </tbody>
+                        </table>
+                    </details>
                     <button class="secondary" data-testid="bench-save" on:click=move |_| engine.download("rexvqa-web-bench.json", "application/json", &save)>"Save JSON"</button>
                 }
             })}
