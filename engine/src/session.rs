@@ -333,24 +333,30 @@ impl<'m> Session<'m> {
         let stops = [ids::EOS, ids::END_OF_TURN, self.model.tokenizer.eos()];
         let (h, mut cache) = self.run(ids, images)?;
         let decoder = &self.model.decoder;
-        // The next token's id stays on the device: the step after it is queued before the id is
-        // read back, so the device never idles while the host checks for a stop token. A stop
-        // wastes that one queued step, whose cache is dropped with this call.
+        // The next token's id stays on the device. A GPU gets the step after it queued before
+        // the id is read back, so it never idles while the host checks for a stop token (a stop
+        // wastes that one step). The CPU runs each operation as it is called, where running
+        // ahead only adds that wasted step, so there the step follows the check.
+        let run_ahead = crate::device::queues_work(decoder.device());
         let mut pending = decoder.greedy(h);
         let mut out = Vec::new();
         for step in 0..max_new {
-            let ahead = (step + 1 < max_new)
+            let more = step + 1 < max_new;
+            let ahead = (more && run_ahead)
                 .then(|| decoder.greedy(decoder.forward_token(pending.clone(), &mut cache)));
-            let next = read_u32(pending).await?[0];
+            let next = read_u32(pending.clone()).await?[0];
             if stops.contains(&next) {
                 break;
             }
             out.push(next);
             on_token(next, &self.model.tokenizer.decode(&out, true));
-            match ahead {
-                Some(a) => pending = a,
-                None => break,
+            if !more {
+                break;
             }
+            pending = match ahead {
+                Some(a) => a,
+                None => decoder.greedy(decoder.forward_token(pending, &mut cache)),
+            };
         }
         Ok(out)
     }
