@@ -19,14 +19,7 @@ impl Clock for Wall {
 
 fn model(with_mmproj: bool) -> Model {
     let golden = common::golden_json_gz("tiny_tiny-q8_0.json.gz");
-    let text = common::model_fixture(
-        golden["text_gguf"].as_str().unwrap(),
-        golden["text_sha256"].as_str().unwrap(),
-    );
-    let mmproj = common::model_fixture(
-        golden["mmproj_gguf"].as_str().unwrap(),
-        golden["mmproj_sha256"].as_str().unwrap(),
-    );
+    let (text, mmproj) = common::tiny_pair(&golden);
     let t = FileSource::open(text).unwrap();
     let v = FileSource::open(mmproj).unwrap();
     pollster::block_on(Model::load(

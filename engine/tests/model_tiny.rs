@@ -18,14 +18,7 @@ struct Case {
 
 fn load(tag: &str, dev: &Device) -> Case {
     let golden = common::golden_json_gz(&format!("tiny_{tag}.json.gz"));
-    let text = common::model_fixture(
-        golden["text_gguf"].as_str().unwrap(),
-        golden["text_sha256"].as_str().unwrap(),
-    );
-    let mmproj = common::model_fixture(
-        golden["mmproj_gguf"].as_str().unwrap(),
-        golden["mmproj_sha256"].as_str().unwrap(),
-    );
+    let (text, mmproj) = common::tiny_pair(&golden);
     let (t, v) = (
         FileSource::open(text).unwrap(),
         FileSource::open(mmproj).unwrap(),

@@ -4,7 +4,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::ops::{Kernel, QMatrix};
+use super::ops::{Kernel, QMatrix, u32_tensor};
 use super::{dequantize_vec, random_blocks};
 use crate::gguf::GgmlType;
 use crate::rng::SplitMix64;
@@ -101,10 +101,7 @@ pub async fn check_matmul(
         }
     }
     // The same rows looked up with ids that stay on the device.
-    let dev_ids = burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(
-        TensorData::new(ids.clone(), [ids.len()]),
-        (device, burn::tensor::DType::U32),
-    );
+    let dev_ids = u32_tensor(ids.clone(), device);
     if read(q.gather_device(dev_ids)).await? != rows {
         return Err(format!(
             "{ty}: rows gathered with device ids differ from the host-id gather"

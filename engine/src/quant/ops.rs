@@ -73,15 +73,17 @@ impl Kernel {
 /// Whether a GPU device's adapter has subgroup operations; `None` for the CPU.
 pub fn subgroups(device: &Device) -> Option<bool> {
     match device.as_dispatch() {
-        burn::backend::DispatchDevice::Cube(d) => Some(
-            d.client()
-                .properties()
-                .features
-                .plane
-                .contains(cubecl::ir::features::Plane::Ops),
-        ),
+        burn::backend::DispatchDevice::Cube(d) => Some(plane_ops(d.client().properties())),
         _ => None,
     }
+}
+
+/// Whether CubeCL offers subgroup ("plane") operations on a device with these properties.
+fn plane_ops(props: &cubecl::ir::DeviceProperties) -> bool {
+    props
+        .features
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops)
 }
 
 /// Operations on packed GGUF rows (see [`super::pack`]).
@@ -132,7 +134,7 @@ impl QuantOps for Flex {
         // Dequantise ROW_BLOCK rows at a time (a small bounded scratch, never the whole matrix)
         // and multiply them with an optimised GEMM: out[:, block] = x · blockᵀ.
         const ROW_BLOCK: usize = 64;
-        let block = |b: usize| -> Vec<f32> {
+        let gemm_block = |b: usize| -> Vec<f32> {
             let r0 = b * ROW_BLOCK;
             let nb = ROW_BLOCK.min(n - r0);
             let mut w = vec![0f32; nb * k];
@@ -168,10 +170,7 @@ impl QuantOps for Flex {
         };
         // Few input rows (decoding): decode each weight row into a buffer that stays in L1 and
         // take dot products from it, instead of writing a block out for a GEMM of one row.
-        let block = |b: usize| -> Vec<f32> {
-            if m > GEMV_MAX_M {
-                return block(b);
-            }
+        let dot_block = |b: usize| -> Vec<f32> {
             let r0 = b * ROW_BLOCK;
             let nb = ROW_BLOCK.min(n - r0);
             let mut row = vec![0f32; k];
@@ -184,6 +183,13 @@ impl QuantOps for Flex {
                 }
             }
             out
+        };
+        let block = |b: usize| {
+            if m > GEMV_MAX_M {
+                gemm_block(b)
+            } else {
+                dot_block(b)
+            }
         };
         let n_blocks = n.div_ceil(ROW_BLOCK);
         #[cfg(not(target_arch = "wasm32"))]
@@ -278,11 +284,7 @@ impl QuantOps for CubeBackend {
         let client = x.client.clone();
         let out = empty_device_dtype(client.clone(), x.device.clone(), [m, n].into(), DType::F32);
         let wpr = row_words(ggml(ty_id), k) as u32;
-        let plane = client
-            .properties()
-            .features
-            .plane
-            .contains(cubecl::ir::features::Plane::Ops);
+        let plane = plane_ops(client.properties());
         // A software adapter (lavapipe, SwiftShader) runs invocations as SIMD lanes of CPU
         // threads, where the naive loop beats a workgroup reduction 2–3.5× (bench, Gemma 3 270M
         // on lavapipe); on a GPU one workgroup per row reads the weights coalesced instead.
@@ -431,7 +433,7 @@ pub struct QMatrix {
 }
 
 /// u32 words on a device without a float round trip.
-fn u32_tensor(words: Vec<u32>, device: &Device) -> Tensor<1, Int> {
+pub(super) fn u32_tensor(words: Vec<u32>, device: &Device) -> Tensor<1, Int> {
     let n = words.len();
     Tensor::<1, Int>::from_data(TensorData::new(words, [n]), (device, DType::U32))
 }
@@ -537,43 +539,7 @@ impl QMatrix {
     /// Rows `ids` dequantised: `[ids.len(), cols]`. Ids must be `< rows`.
     pub fn gather(&self, ids: &[u32]) -> Tensor<2> {
         let device = self.chunks[0].words.device();
-        let mut parts = Vec::new();
-        let mut order = Vec::with_capacity(ids.len());
-        for c in &self.chunks {
-            let sel: Vec<(usize, u32)> = ids
-                .iter()
-                .enumerate()
-                .filter(|(_, id)| (c.row0..c.row0 + c.rows).contains(&(**id as usize)))
-                .map(|(i, id)| (i, *id))
-                .collect();
-            if sel.is_empty() {
-                continue;
-            }
-            order.extend(sel.iter().map(|(i, _)| *i));
-            let t = u32_tensor(sel.iter().map(|(_, id)| *id).collect(), &device);
-            parts.push(Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qgather(
-                t.into_dispatch(),
-                c.words.clone().into_dispatch(),
-                self.ty.id(),
-                self.cols,
-                c.row0,
-                c.rows,
-            )));
-        }
-        let cat = if parts.len() == 1 {
-            parts.into_iter().next().expect("one part")
-        } else {
-            Tensor::cat(parts, 0)
-        };
-        if order.iter().enumerate().all(|(i, &o)| i == o) {
-            return cat;
-        }
-        // Put rows back in the order asked for.
-        let mut inverse = vec![0u32; order.len()];
-        for (pos, &orig) in order.iter().enumerate() {
-            inverse[orig] = pos as u32;
-        }
-        cat.select(0, u32_tensor(inverse, &device))
+        self.gather_device(u32_tensor(ids.to_vec(), &device))
     }
 
     /// Rows `ids` dequantised, for ids that stay on the device (`[n]` u32, each `< rows`):

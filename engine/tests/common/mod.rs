@@ -87,3 +87,17 @@ pub fn model_fixture(name: &str, sha256: &str) -> PathBuf {
     }
     out
 }
+
+/// The text and mmproj fixtures a tiny model's golden file names, decompressed and checked.
+pub fn tiny_pair(golden: &serde_json::Value) -> (PathBuf, PathBuf) {
+    let fixture = |file: &str, sha: &str| {
+        model_fixture(
+            golden[file].as_str().unwrap(),
+            golden[sha].as_str().unwrap(),
+        )
+    };
+    (
+        fixture("text_gguf", "text_sha256"),
+        fixture("mmproj_gguf", "mmproj_sha256"),
+    )
+}
