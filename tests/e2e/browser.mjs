@@ -1,7 +1,7 @@
 // Headless Debian Chromium with WebGPU (SwiftShader without a GPU), driven by playwright-core.
 // Never downloads a browser: the executable comes from apt (scripts/setup.sh).
 import { chromium } from 'playwright-core';
-import { mkdtempSync, mkdirSync, existsSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -21,6 +21,8 @@ export async function launch() {
       '--disable-background-networking', '--disable-component-update', '--disable-sync',
       '--disable-dev-shm-usage'],
   });
+  // Each profile holds tens of MB (OPFS copies of the model files): remove it with the browser.
+  context.on('close', () => rmSync(userDataDir, { recursive: true, force: true }));
   return context;
 }
 
