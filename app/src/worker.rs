@@ -10,7 +10,7 @@ use js_sys::{Array, Object, Reflect};
 use rexvqa_engine::eval::{self, Answer, Clock, ImageStore, Settings};
 use rexvqa_engine::gguf::{Gguf, RangeSource};
 use rexvqa_engine::image;
-use rexvqa_engine::rexvqa::{Scope, Split, prompt, resolve_image_path};
+use rexvqa_engine::rexvqa::{Record, Scope, Split, prompt, resolve_image_path};
 use rexvqa_engine::score;
 use rexvqa_engine::session::{LoadOptions, Model, Session};
 use wasm_bindgen::JsCast;
@@ -1073,7 +1073,7 @@ async fn run_eval(run_id: String) -> Result<(), String> {
     };
     post(&Event::EvalProgress(progress(&done, 0, "running")));
     let mut state = "finished";
-    for i in todo {
+    for group in eval::study_groups(&s, &todo, eval::STUDY_BATCH) {
         if ctl.paused.get() {
             post(&Event::EvalProgress(progress(&done, n_here, "paused")));
             while ctl.paused.get() && !ctl.cancelled.get() {
@@ -1084,25 +1084,20 @@ async fn run_eval(run_id: String) -> Result<(), String> {
             state = "cancelled";
             break;
         }
-        let r = &s.records[i];
-        if r.study_key() != study {
+        let records: Vec<&Record> = group.iter().map(|&i| &s.records[i]).collect();
+        if records[0].study_key() != study {
             session.clear();
-            study = r.study_key().to_string();
+            study = records[0].study_key().to_string();
         }
-        let a = eval::answer(
-            &mut session,
-            r,
-            &meta.settings,
-            &store,
-            &PerfClock,
-            &mut |_| {},
-        )
-        .await
-        .map_err(|e| format!("question {}: {e}", r.id))?;
-        journal.append(eval::journal_line(&a).as_bytes())?;
+        let answers =
+            eval::answer_study(&mut session, &records, &meta.settings, &store, &PerfClock)
+                .await
+                .map_err(|e| format!("question {}: {e}", records[0].id))?;
+        let lines: String = answers.iter().map(eval::journal_line).collect();
+        journal.append(lines.as_bytes())?;
         journal.flush()?;
-        done.push(a);
-        n_here += 1;
+        n_here += answers.len();
+        done.extend(answers);
         post(&Event::EvalProgress(progress(&done, n_here, "running")));
         // Let pause/cancel messages in.
         sleep(0).await;

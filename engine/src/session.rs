@@ -321,6 +321,79 @@ impl<'m> Session<'m> {
         })
     }
 
+    /// Scores several prompts over the same `images` (one study's questions) in one pass: their
+    /// shared prefix is prefilled once (or reused from the cache) and every prompt's remainder,
+    /// image tokens included, runs as a separate branch of a single forward pass, so each
+    /// weight is read once for all of them.
+    pub async fn score_many(
+        &mut self,
+        prompts: &[(Vec<u32>, Vec<Letter>)],
+        images: &[Tensor<2>],
+    ) -> Result<Vec<OptionScores>, ModelError> {
+        let mut lcp = match prompts {
+            [] => return Ok(Vec::new()),
+            [(p, letters)] => return Ok(vec![self.score_options(p, images, letters).await?]),
+            [(first, _), rest @ ..] => rest.iter().fold(first.len(), |n, (p, _)| {
+                first
+                    .iter()
+                    .zip(p)
+                    .take(n)
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            }),
+        };
+        // Every branch needs at least its own last token, and none may start inside an image.
+        lcp = prompts
+            .iter()
+            .fold(lcp, |n, (p, _)| n.min(p.len().saturating_sub(1)));
+        let first = &prompts[0].0;
+        while lcp > 0 && first[lcp] == ids::IMAGE_SOFT && first[lcp - 1] == ids::IMAGE_SOFT {
+            lcp -= 1;
+        }
+        if lcp == 0 {
+            let mut out = Vec::with_capacity(prompts.len());
+            for (p, letters) in prompts {
+                out.push(self.score_options(p, images, letters).await?);
+            }
+            return Ok(out);
+        }
+        // Prefill the prefix (its last token is recomputed: `run` always computes one).
+        let in_prefix = count_image_runs(&first[..lcp]).min(images.len());
+        let (_, cache) = self.run(&first[..lcp], &images[..in_prefix])?;
+        let prefix_computed = self.last_computed;
+        let rest = &images[in_prefix..];
+        let branches: Vec<(&[u32], &[Tensor<2>])> =
+            prompts.iter().map(|(p, _)| (&p[lcp..], rest)).collect();
+        let h = self.model.decoder.forward_branches(&branches, &cache)?;
+        self.last_computed = prefix_computed + branches.iter().map(|b| b.0.len()).sum::<usize>();
+        // One readback for all: the logits of every letter any prompt offers.
+        let mut all: Vec<Letter> = Vec::new();
+        for l in prompts.iter().flat_map(|(_, l)| l) {
+            if !all.contains(l) {
+                all.push(*l);
+            }
+        }
+        let all_ids = self.model.letter_ids(&all)?;
+        let logits = read_f32(self.model.decoder.logits_for(h, &all_ids)).await?;
+        Ok(prompts
+            .iter()
+            .enumerate()
+            .map(|(i, (_, letters))| {
+                let row = &logits[i * all.len()..(i + 1) * all.len()];
+                let logits: Vec<f32> = letters
+                    .iter()
+                    .map(|l| row[all.iter().position(|a| a == l).unwrap_or(0)])
+                    .collect();
+                OptionScores {
+                    letters: letters.clone(),
+                    probs: softmax(&logits),
+                    best: letters[argmax(&logits)],
+                    logits,
+                }
+            })
+            .collect())
+    }
+
     /// Greedy decoding of at most `max_new` tokens, stopping at `<eos>` or `<end_of_turn>`;
     /// `on_token` sees each token id and the text decoded so far. Returns the generated ids.
     pub async fn generate(

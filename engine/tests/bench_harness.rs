@@ -58,6 +58,7 @@ fn every_figure_is_measured_with_the_mmproj() {
         ("decode", r.decode_tokens_per_s),
         ("fast", r.fast_questions_per_s),
         ("fast cold", r.fast_questions_per_s_cold),
+        ("fast batched", r.fast_questions_per_s_batched),
         ("official", r.official_questions_per_s),
     ] {
         assert!(v.is_finite() && v > 0.0, "{name} = {v}");

@@ -5,11 +5,13 @@ mod common;
 
 use burn::tensor::Device;
 use rexvqa_engine::device;
+use rexvqa_engine::eval::{self, Clock, ImageStore, Settings};
 use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::image::Policy;
 use rexvqa_engine::model::nn::read_f32;
-use rexvqa_engine::rexvqa::prompt;
-use rexvqa_engine::session::{LoadOptions, Model, Session};
+use rexvqa_engine::rexvqa::synth::{SynthOptions, generate};
+use rexvqa_engine::rexvqa::{Letter, Split, prompt};
+use rexvqa_engine::session::{LoadOptions, Mode, Model, Session};
 
 struct Case {
     golden: serde_json::Value,
@@ -208,6 +210,166 @@ fn greedy(case: &Case, tol: f32) {
     assert!(worst <= tol, "greedy steps: max |Δlogit| {worst} > {tol}");
 }
 
+/// A study's questions scored together (shared prefix once, the rest as branches of one pass)
+/// get the scores each gets alone: the batching changes only the order of summation.
+fn batched(case: &Case, tol: f32) {
+    let m = &case.model;
+    let png =
+        std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
+    let f = m
+        .encode_image(&m.preprocess_png(&png, Policy::Scale).unwrap())
+        .unwrap();
+    let opts = [
+        "A. Yes",
+        "B. No",
+        "C. Only on the right",
+        "D. Cannot be determined",
+    ]
+    .map(String::from);
+    let prompts: Vec<(Vec<u32>, Vec<Letter>)> = [
+        ("Is there a pleural effusion?", 4),
+        (
+            "Is the cardiac silhouette enlarged on this frontal radiograph?",
+            2,
+        ),
+        ("Is there a pneumothorax?", 4),
+        (
+            "Are the visible ribs intact, without a displaced fracture?",
+            3,
+        ),
+    ]
+    .iter()
+    .map(|&(q, n)| {
+        let text = prompt::chat(
+            Some(prompt::SYSTEM),
+            &prompt::user_text(q, &opts[..n], None),
+            1,
+        );
+        (
+            m.tokenize_rendered(&text, 1).unwrap(),
+            Letter::ALL[..n].to_vec(),
+        )
+    })
+    .collect();
+    let images = std::slice::from_ref(&f);
+    let mut s = Session::new(m);
+    let got = pollster::block_on(s.score_many(&prompts, images)).unwrap();
+    // The branched path ran: the shared prefix computed once, then every remainder (each with
+    // its copy of the image, which the official prompt puts after the question).
+    let full: usize = prompts.iter().map(|p| p.0.len()).sum();
+    let lcp = prompts[1..].iter().fold(prompts[0].0.len(), |n, p| {
+        prompts[0]
+            .0
+            .iter()
+            .zip(&p.0)
+            .take(n)
+            .take_while(|(a, b)| a == b)
+            .count()
+    });
+    assert!(lcp > 0);
+    assert_eq!(s.last_computed, full - (prompts.len() - 1) * lcp);
+    let mut worst = 0f32;
+    for ((p, letters), g) in prompts.iter().zip(&got) {
+        let want = pollster::block_on(Session::new(m).score_options(p, images, letters)).unwrap();
+        assert_eq!(g.letters, want.letters);
+        for (a, b) in g.logits.iter().zip(&want.logits) {
+            worst = worst.max((a - b).abs());
+        }
+    }
+    // The session's cache after a batch still continues correctly.
+    let again = pollster::block_on(s.score_options(&prompts[1].0, images, &prompts[1].1)).unwrap();
+    for (a, b) in again.logits.iter().zip(&got[1].logits) {
+        worst = worst.max((a - b).abs());
+    }
+    assert!(
+        worst <= tol,
+        "batched vs one by one: max |Δlogit| {worst} > {tol}"
+    );
+    println!("batched vs one by one: max |Δlogit| = {worst:.2e}");
+}
+
+/// Synthetic split files held in memory.
+struct Mem(std::collections::HashMap<String, Vec<u8>>);
+
+impl ImageStore for Mem {
+    async fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        self.0
+            .get(path)
+            .cloned()
+            .ok_or_else(|| format!("{path}: not in the split"))
+    }
+}
+
+struct NoClock;
+
+impl Clock for NoClock {
+    fn now_ms(&self) -> f64 {
+        0.0
+    }
+}
+
+/// Evaluation's study batches (as a GPU backend runs them) give each question the answer and
+/// probabilities it gets alone.
+fn study_answers(case: &Case) {
+    let opts = SynthOptions {
+        studies: 1,
+        questions_per_study: 2,
+        seed: 3,
+        size_range: (64, 96),
+        split: "test".into(),
+    };
+    let mut files = std::collections::HashMap::new();
+    generate(&opts, |f| {
+        files.insert(f.path.clone(), f.bytes.clone());
+    });
+    let split =
+        Split::from_json(std::str::from_utf8(&files["metadata/test_vqa_data.json"]).unwrap())
+            .unwrap();
+    let store = Mem(files);
+    let settings = Settings {
+        mode: Mode::Fast,
+        policy: Policy::Scale,
+        all_images: false,
+        max_new_tokens: 8,
+    };
+    let groups = eval::study_groups(&split, &split.eval_order(), eval::STUDY_BATCH);
+    assert_eq!(groups.iter().map(Vec::len).collect::<Vec<_>>(), [2]);
+    let mut session = Session::new(&case.model);
+    for g in groups {
+        let records: Vec<_> = g.iter().map(|&i| &split.records[i]).collect();
+        session.clear();
+        let batch = pollster::block_on(eval::answer_study(
+            &mut session,
+            &records,
+            &settings,
+            &store,
+            &NoClock,
+        ))
+        .unwrap();
+        assert_eq!(batch.len(), records.len());
+        for (r, a) in records.iter().zip(&batch) {
+            let alone = pollster::block_on(eval::answer(
+                &mut Session::new(&case.model),
+                r,
+                &settings,
+                &store,
+                &NoClock,
+                &mut |_| {},
+            ))
+            .unwrap();
+            assert_eq!(a.id, alone.id);
+            assert_eq!(a.prediction, alone.prediction);
+            let (p, q) = (a.probs.clone().unwrap(), alone.probs.unwrap());
+            let worst = p
+                .iter()
+                .zip(&q)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(worst <= 1e-5, "{}: max |Δprob| {worst}", a.id);
+        }
+    }
+}
+
 #[test]
 fn tiny_f32_on_cpu_matches_transformers() {
     let c = load("tiny-f32", &device::cpu());
@@ -220,6 +382,7 @@ fn tiny_q8_0_on_cpu_matches_transformers_on_the_dequantised_weights() {
     let c = load("tiny-q8_0", &device::cpu());
     compare(&c, 1e-2);
     greedy(&c, 1e-2);
+    batched(&c, 1e-4);
 }
 
 #[test]
@@ -227,6 +390,7 @@ fn tinyk_q4_k_m_on_cpu_matches_transformers_on_the_dequantised_weights() {
     let c = load("tinyk-q4_k_m", &device::cpu());
     compare(&c, 1e-2);
     greedy(&c, 1e-2);
+    batched(&c, 1e-4);
 }
 
 #[test]
@@ -240,5 +404,10 @@ fn tiny_models_on_wgpu_match_transformers() {
         let c = load(tag, &dev);
         compare(&c, tol);
         greedy(&c, tol);
+        batched(&c, 1e-4);
+        // Slow on lavapipe: one model suffices for the evaluation path over `score_many`.
+        if tag == "tiny-q8_0" {
+            study_answers(&c);
+        }
     }
 }

@@ -21,8 +21,13 @@ export async function launch() {
       '--disable-background-networking', '--disable-component-update', '--disable-sync',
       '--disable-dev-shm-usage'],
   });
-  // Each profile holds tens of MB (OPFS copies of the model files): remove it with the browser.
-  context.on('close', () => rmSync(userDataDir, { recursive: true, force: true }));
+  // Each profile holds tens of MB (OPFS copies of the model files): remove it once the browser
+  // has exited (on 'close' Chromium may still be writing to it).
+  const close = context.close.bind(context);
+  context.close = async (...args) => {
+    await close(...args);
+    rmSync(userDataDir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+  };
   return context;
 }
 

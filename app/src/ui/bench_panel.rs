@@ -43,6 +43,10 @@ fn rows(json: &str) -> Vec<(String, String)> {
             format!("{:.3}", num(&r["fast_questions_per_s"])),
         ),
         (
+            "fast questions/s, study batched".into(),
+            format!("{:.3}", num(&r["fast_questions_per_s_batched"])),
+        ),
+        (
             "fast questions/s, nothing cached".into(),
             format!("{:.3}", num(&r["fast_questions_per_s_cold"])),
         ),

@@ -12,7 +12,7 @@ use rexvqa_engine::eval::{self, Answer, Clock, ImageStore, Settings};
 use rexvqa_engine::gguf::{FileSource, Gguf};
 use rexvqa_engine::image::Policy;
 use rexvqa_engine::rexvqa::synth::{SynthOptions, generate};
-use rexvqa_engine::rexvqa::{Scope, Split};
+use rexvqa_engine::rexvqa::{Record, Scope, Split};
 use rexvqa_engine::session::{LoadOptions, Mode, Model, Session};
 use rexvqa_engine::tokenizer::Tokenizer;
 
@@ -159,9 +159,9 @@ enum Command {
         /// Generation cap of the official-mode question.
         #[arg(long, default_value_t = 256)]
         official_max_tokens: usize,
-        /// Input row counts for the per-matrix kernel timings (empty: none).
-        #[arg(long, value_delimiter = ',', default_value = "1,256")]
-        kernel_rows: Vec<usize>,
+        /// Input row counts for the per-matrix kernel timings, comma-separated ("": none).
+        #[arg(long, default_value = "1,256")]
+        kernel_rows: String,
         /// Write the JSON here too.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -497,34 +497,36 @@ fn run(cli: Cli) -> Result<(), String> {
                 .map_err(|e| err(&journal_path, e))?;
             let clock = Wall(Instant::now());
             let mut study = String::new();
-            for (n, &i) in todo.iter().enumerate() {
-                let r = &split.records[i];
-                if r.study_key() != study {
+            let mut n = 0;
+            for group in eval::study_groups(&split, &todo, eval::STUDY_BATCH) {
+                let records: Vec<&Record> = group.iter().map(|&i| &split.records[i]).collect();
+                if records[0].study_key() != study {
                     session.clear();
-                    study = r.study_key().to_string();
+                    study = records[0].study_key().to_string();
                 }
-                let a: Answer = pollster::block_on(eval::answer(
+                let answers: Vec<Answer> = pollster::block_on(eval::answer_study(
                     &mut session,
-                    r,
+                    &records,
                     &s,
                     &folder,
                     &clock,
-                    &mut |_| {},
                 ))
-                .map_err(|e| format!("question {}: {e}", r.id))?;
+                .map_err(|e| format!("question {}: {e}", records[0].id))?;
+                let lines: String = answers.iter().map(eval::journal_line).collect();
                 journal
-                    .write_all(eval::journal_line(&a).as_bytes())
+                    .write_all(lines.as_bytes())
                     .and_then(|()| journal.flush())
                     .map_err(|e| err(&journal_path, e))?;
-                done.push(a);
+                n += answers.len();
+                done.extend(answers);
                 let elapsed = clock.now_ms() / 1000.0;
-                let rate = (n + 1) as f64 / elapsed.max(1e-9);
+                let rate = n as f64 / elapsed.max(1e-9);
                 eprintln!(
                     "{}/{} answered, {:.2} q/s, ETA {:.0} s",
-                    n + 1,
+                    n,
                     todo.len(),
                     rate,
-                    (todo.len() - n - 1) as f64 / rate
+                    (todo.len() - n) as f64 / rate
                 );
             }
             let report = eval::report(&split, &done, &s, in_scope);
@@ -570,6 +572,15 @@ fn run(cli: Cli) -> Result<(), String> {
             kernel_rows,
             out,
         } => {
+            let kernel_rows = kernel_rows
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    s.parse::<usize>()
+                        .map_err(|e| format!("--kernel-rows: {s:?} is not a row count ({e})"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let t0 = Instant::now();
             let model = load_model(&m)?;
             let load_s = t0.elapsed().as_secs_f64();

@@ -131,14 +131,18 @@ impl Layer {
         })
     }
 
+    /// `segments` split the rows of `x` into runs that attend to the cached keys and to their
+    /// own keys only, each with its mask (one segment: an ordinary continuation).
+    ///
     /// # Shapes
-    /// `x`: `[t, hidden]` → `[t, hidden]`; `cos`/`sin`: `[t, 1, head_dim/2]`; `mask`: `[t, s]`.
+    /// `x`: `[t, hidden]` → `[t, hidden]`; `cos`/`sin`: `[t, 1, head_dim/2]`; mask of segment
+    /// `r`: `[r.len(), cached + r.len()]`.
     fn forward(
         &self,
         x: Tensor<2>,
         c: &TextConfig,
         rope: &(Tensor<3>, Tensor<3>),
-        mask: &Tensor<2>,
+        segments: &[(Range<usize>, Tensor<2>)],
         cache: &mut Option<(Tensor<3>, Tensor<3>)>,
     ) -> Tensor<2> {
         let [t, _] = x.dims();
@@ -153,13 +157,44 @@ impl Layer {
         let q = heads(&self.attn_q, c.heads, Some(&self.attn_q_norm)).swap_dims(0, 1);
         let k = heads(&self.attn_k, c.kv_heads, Some(&self.attn_k_norm)).swap_dims(0, 1);
         let v = heads(&self.attn_v, c.kv_heads, None).swap_dims(0, 1);
-        let (k, v) = match cache.take() {
+        let prior = cache.take();
+        let q0 = prior.as_ref().map_or(0, |(pk, _)| pk.dims()[1]);
+        let (k, v) = match prior {
             Some((pk, pv)) => (Tensor::cat(vec![pk, k], 1), Tensor::cat(vec![pv, v], 1)),
             None => (k, v),
         };
         *cache = Some((k.clone(), v.clone()));
         let g = c.heads / c.kv_heads;
-        let a = attention(q, k, v, Some(mask.clone()), g, c.attn_scale);
+        let a = match segments {
+            [(_, mask)] => attention(q, k, v, Some(mask.clone()), g, c.attn_scale),
+            _ => {
+                // Each segment attends to the cached keys and its own: no score is computed
+                // for the pairs the mask would discard anyway.
+                let (hq, hk, d) = (c.heads, c.kv_heads, c.head_dim);
+                let own = |x: &Tensor<3>, r: &Range<usize>| {
+                    let mine = x.clone().slice([0..hk, q0 + r.start..q0 + r.end, 0..d]);
+                    match q0 {
+                        0 => mine,
+                        _ => Tensor::cat(vec![x.clone().slice([0..hk, 0..q0, 0..d]), mine], 1),
+                    }
+                };
+                let parts = segments
+                    .iter()
+                    .map(|(r, mask)| {
+                        let qs = q.clone().slice([0..hq, r.clone(), 0..d]);
+                        attention(
+                            qs,
+                            own(&k, r),
+                            own(&v, r),
+                            Some(mask.clone()),
+                            g,
+                            c.attn_scale,
+                        )
+                    })
+                    .collect();
+                Tensor::cat(parts, 1)
+            }
+        };
         let a = a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]);
         let h = x + rms_norm(self.attn_output.matmul(a), &self.post_attention_norm, c.eps);
         let hn = rms_norm(h.clone(), &self.ffn_norm, c.eps);
@@ -212,8 +247,23 @@ impl Decoder {
         images: &[Tensor<2>],
         cache: &mut KvCache,
     ) -> Result<Tensor<2>, ModelError> {
+        let q0 = cache.len;
+        let (x, spans) = self.embed(input, images)?;
+        cache
+            .image_spans
+            .extend(spans.iter().map(|s| s.start + q0..s.end + q0));
+        Ok(self.layers_after(x, cache))
+    }
+
+    /// Embeds `input` (scaled token embeddings, the `images` features `[tokens, hidden]` at the
+    /// runs of image soft tokens, in order): `[t, hidden]` and the runs.
+    fn embed(
+        &self,
+        input: &[u32],
+        images: &[Tensor<2>],
+    ) -> Result<(Tensor<2>, Vec<Range<usize>>), ModelError> {
         let c = &self.cfg;
-        let (q0, t) = (cache.len, input.len());
+        let t = input.len();
         if t == 0 {
             return Err(ModelError::Prompt("empty input".into()));
         }
@@ -265,10 +315,7 @@ impl Decoder {
             }
             x = x.slice_assign([span.clone(), 0..h], feats.clone());
         }
-        cache
-            .image_spans
-            .extend(spans.iter().map(|s| s.start + q0..s.end + q0));
-        Ok(self.layers_after(x, cache))
+        Ok((x, spans))
     }
 
     /// Runs one token whose id is on the device (`[1]` u32, e.g. a device argmax) through the
@@ -281,28 +328,93 @@ impl Decoder {
         self.layers_after(x, cache)
     }
 
+    /// The last hidden state of each of several prompts that continue the prefix in `cache`
+    /// independently (the questions of one study after their shared header), computed in one
+    /// pass: `[branches, hidden]`. Each branch is its tokens and the features of its image runs.
+    /// Equal to running each branch on its own after the prefix, up to summation order; the
+    /// cache is left as it was.
+    pub fn forward_branches(
+        &self,
+        branches: &[(&[u32], &[Tensor<2>])],
+        cache: &KvCache,
+    ) -> Result<Tensor<2>, ModelError> {
+        if branches.is_empty() {
+            return Err(ModelError::Prompt("no branches".into()));
+        }
+        let q0 = cache.len;
+        let mut xs = Vec::with_capacity(branches.len());
+        let mut spans = Vec::with_capacity(branches.len());
+        let mut lens = Vec::with_capacity(branches.len());
+        for (input, images) in branches {
+            let (x, s) = self.embed(input, images)?;
+            xs.push(x);
+            spans.push(s);
+            lens.push(input.len());
+        }
+        let positions: Vec<usize> = lens.iter().flat_map(|&n| q0..q0 + n).collect();
+        let mut segments = Vec::with_capacity(lens.len());
+        let mut start = 0;
+        for (&n, own) in lens.iter().zip(&spans) {
+            let mut all = cache.image_spans.clone();
+            all.extend(own.iter().map(|r| r.start + q0..r.end + q0));
+            segments.push((start..start + n, all));
+            start += n;
+        }
+        let mut scratch = cache.clone();
+        let h = self.layers(Tensor::cat(xs, 0), &positions, &mut scratch, &segments);
+        let mut end = 0;
+        let last = lens
+            .iter()
+            .map(|&n| {
+                end += n;
+                h.clone().slice([end - 1..end, 0..self.cfg.hidden])
+            })
+            .collect();
+        Ok(Tensor::cat(last, 0))
+    }
+
     /// The decoder layers and final norm on embedded inputs `x [t, hidden]` that follow what
     /// `cache` holds (whose image spans already include `x`'s).
-    fn layers_after(&self, mut x: Tensor<2>, cache: &mut KvCache) -> Tensor<2> {
-        let c = &self.cfg;
+    fn layers_after(&self, x: Tensor<2>, cache: &mut KvCache) -> Tensor<2> {
         let (q0, t) = (cache.len, x.dims()[0]);
         let positions: Vec<usize> = (q0..q0 + t).collect();
+        let segments = [(0..t, cache.image_spans.clone())];
+        self.layers(x, &positions, cache, &segments)
+    }
+
+    /// The decoder layers and final norm on `x [t, hidden]` at RoPE `positions`; appends `x`'s
+    /// keys and values. Each segment (rows of `x`, absolute image spans it sees) continues the
+    /// cache on its own, masked as [`mask_values`] masks a lone continuation.
+    fn layers(
+        &self,
+        mut x: Tensor<2>,
+        positions: &[usize],
+        cache: &mut KvCache,
+        segments: &[(Range<usize>, Vec<Range<usize>>)],
+    ) -> Tensor<2> {
+        let c = &self.cfg;
+        let (q0, t) = (cache.len, x.dims()[0]);
         let rope_global = rope_tables(
-            &positions,
+            positions,
             c.head_dim,
             c.rope_base,
             c.rope_scale,
             &self.device,
         );
-        let rope_local = rope_tables(&positions, c.head_dim, c.rope_base_swa, 1.0, &self.device);
-        let mask = |w: Option<usize>| {
-            Tensor::<2>::from_data(
-                TensorData::new(mask_values(q0, t, &cache.image_spans, w), [t, q0 + t]),
-                &self.device,
-            )
+        let rope_local = rope_tables(positions, c.head_dim, c.rope_base_swa, 1.0, &self.device);
+        let masks = |w: Option<usize>| -> Vec<(Range<usize>, Tensor<2>)> {
+            segments
+                .iter()
+                .map(|(r, spans)| {
+                    let n = r.len();
+                    let m = mask_values(q0, n, spans, w);
+                    let m = Tensor::<2>::from_data(TensorData::new(m, [n, q0 + n]), &self.device);
+                    (r.clone(), m)
+                })
+                .collect()
         };
-        let mask_global = mask(None);
-        let mask_local = (c.sliding_window > 0).then(|| mask(Some(c.sliding_window)));
+        let mask_global = masks(None);
+        let mask_local = (c.sliding_window > 0).then(|| masks(Some(c.sliding_window)));
         for (i, layer) in self.layers.iter().enumerate() {
             let global = c.is_global(i);
             let (rope, m) = if global {
