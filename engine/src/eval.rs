@@ -124,9 +124,9 @@ pub async fn answer(
     Ok(a)
 }
 
-/// Questions of one study answered in one batch at most (a ReXVQA study has ~4; the bound keeps
-/// the batched attention mask and activations small).
-pub const STUDY_BATCH: usize = 8;
+/// Questions of one study answered in one batch at most: a ReXVQA study has ~4, and each one more
+/// adds a question's activations (~360 rows) to the peak device memory.
+pub const STUDY_BATCH: usize = 4;
 
 /// Answers questions of one study together. In fast mode on a GPU backend, questions over the
 /// same images are scored in one batched pass ([`Session::score_many`]) and share its time
