@@ -96,15 +96,7 @@ pub async fn answer(
     let (feats, missing) = features(session, r, s, images).await?;
     let ids = record_prompt(session.model(), r, feats.len())?;
     let letters = letters_of(r);
-    let mut a = Answer {
-        id: r.id.clone(),
-        prediction: None,
-        robust: None,
-        response: String::new(),
-        probs: None,
-        missing_images: missing,
-        ms: 0.0,
-    };
+    let mut a = unanswered(r, missing);
     match s.mode {
         Mode::Fast => {
             let sc = session.score_options(&ids, &feats, &letters).await?;
@@ -165,15 +157,8 @@ pub async fn answer_study(
         .iter()
         .zip(scores)
         .map(|(r, sc)| {
-            let mut a = Answer {
-                id: r.id.clone(),
-                prediction: None,
-                robust: None,
-                response: String::new(),
-                probs: None,
-                missing_images: missing.clone(),
-                ms,
-            };
+            let mut a = unanswered(r, missing.clone());
+            a.ms = ms;
             fill_scores(&mut a, sc);
             a
         })
@@ -201,6 +186,19 @@ fn letters_of(r: &Record) -> Vec<Letter> {
         .copied()
         .take(r.options.len().min(4))
         .collect()
+}
+
+/// An answer to `r` with nothing filled in yet but the images that could not be used.
+fn unanswered(r: &Record, missing_images: Vec<String>) -> Answer {
+    Answer {
+        id: r.id.clone(),
+        prediction: None,
+        robust: None,
+        response: String::new(),
+        probs: None,
+        missing_images,
+        ms: 0.0,
+    }
 }
 
 fn fill_scores(a: &mut Answer, sc: OptionScores) {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use rexvqa_engine::device;
 use rexvqa_engine::eval::{self, Clock, ImageStore, Settings};
 use rexvqa_engine::gguf::FileSource;
@@ -168,15 +168,19 @@ fn compare(case: &Case, tol: f32) -> (f32, f32) {
     (max_logit, max_feat)
 }
 
+/// The features of the reference X-ray the golden files use.
+fn reference_image(m: &Model) -> Tensor<2> {
+    let png =
+        std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
+    m.encode_image(&m.preprocess_png(&png, Policy::Scale).unwrap())
+        .unwrap()
+}
+
 /// Greedy decoding through the KV cache: the same tokens as transformers' `generate`, and at
 /// every step the same top-5 logits.
 fn greedy(case: &Case, tol: f32) {
     let m = &case.model;
-    let png =
-        std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
-    let f = m
-        .encode_image(&m.preprocess_png(&png, Policy::Scale).unwrap())
-        .unwrap();
+    let f = reference_image(m);
     let (text, _) = rendered("official_one_image");
     let input = m.tokenize_rendered(&text, 1).unwrap();
     let g = &case.golden["greedy_official"];
@@ -214,11 +218,7 @@ fn greedy(case: &Case, tol: f32) {
 /// get the scores each gets alone: the batching changes only the order of summation.
 fn batched(case: &Case, tol: f32) {
     let m = &case.model;
-    let png =
-        std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
-    let f = m
-        .encode_image(&m.preprocess_png(&png, Policy::Scale).unwrap())
-        .unwrap();
+    let f = reference_image(m);
     let opts = [
         "A. Yes",
         "B. No",
