@@ -34,8 +34,9 @@ import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Where bench/build_llamacpp.sh puts the CPU build.
 DEFAULT_LLAMA = Path(os.environ.get(
-    "LLAMA_CPP_BIN", "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin"))
+    "LLAMA_CPP_BIN", Path.home() / ".cache" / "rexvqa-web" / "llama.cpp" / "build-cpu" / "bin"))
 
 
 def run(cmd, env=None, timeout=3600):
@@ -166,7 +167,10 @@ def main():
                   "mmproj": a.mmproj.name if a.mmproj else None,
                   "mmproj_bytes": a.mmproj.stat().st_size if a.mmproj else None},
         "settings": {"threads": a.threads, "reps": a.reps, "ngl": a.ngl, "prefill": a.prefill,
-                     "decode": a.decode, "rexvqa_backend": a.backend},
+                     "decode": a.decode, "rexvqa_backend": a.backend,
+                     # GGML_VK_VISIBLE_DEVICES=0 lets llama.cpp's Vulkan backend use a CPU device (lavapipe).
+                     "env": {k: os.environ[k] for k in ("GGML_VK_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+                             if k in os.environ}},
         "ratios": ratios,
         "rexvqa": rex,
         "llama_cpp": llama,

@@ -81,6 +81,23 @@ mod model_in_browser {
         }
     }
 
+    /// The CPU path in wasm (no AVX2 there: the portable lanes of `quant::dot`).
+    #[wasm_bindgen_test]
+    async fn every_quant_type_matches_the_cpu_reference_on_the_wasm_cpu() {
+        let dev = device::cpu();
+        for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
+            let o = check_matmul(&dev, Kernel::Auto, ty, m, n, k, usize::MAX / 2, i as u64)
+                .await
+                .unwrap();
+            assert!(
+                o.worst_ratio <= 1.0,
+                "wasm CPU: {} ({:.2}× the bound)",
+                o.worst,
+                o.worst_ratio
+            );
+        }
+    }
+
     #[wasm_bindgen_test]
     async fn fused_attention_matches_an_f64_evaluation_on_webgpu() {
         let dev = device::wgpu_async().await.expect("WebGPU adapter");

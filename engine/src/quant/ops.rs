@@ -10,6 +10,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
 use super::QuantError;
+use super::dot::{Activations, dot_rows};
 use super::kernels::{
     GEMV_ROWS, GEMV_THREADS, TILE, TILE_THREADS, qgather_kernel, qgemv_kernel, qmatmul_kernel,
     qmatmul_tiled_kernel, ty,
@@ -38,6 +39,7 @@ pub enum Kernel {
 
 /// Up to this many input rows [`Kernel::Auto`] uses the matrix–vector kernel.
 pub const GEMV_MAX_M: usize = 8;
+const _: () = assert!(GEMV_MAX_M <= super::dot::MAX_ROWS);
 
 impl Kernel {
     fn id(self) -> u32 {
@@ -168,20 +170,17 @@ impl QuantOps for Flex {
             }
             out
         };
-        // Few input rows (decoding): decode each weight row into a buffer that stays in L1 and
-        // take dot products from it, instead of writing a block out for a GEMM of one row.
+        // Few input rows (decoding): multiply the quantised blocks directly (see `dot`), rather
+        // than writing a block out for a GEMM of one row.
+        let acts = (m <= GEMV_MAX_M).then(|| Activations::new(xs, k));
         let dot_block = |b: usize| -> Vec<f32> {
             let r0 = b * ROW_BLOCK;
             let nb = ROW_BLOCK.min(n - r0);
-            let mut row = vec![0f32; k];
             let mut out = vec![0f32; m * nb];
-            for r in 0..nb {
-                dequantize_packed(ty, &ws[(r0 + r) * wpr..(r0 + r + 1) * wpr], k, &mut row)
-                    .expect("rows are whole blocks");
-                for i in 0..m {
-                    out[i * nb + r] = dot(&xs[i * k..(i + 1) * k], &row);
-                }
-            }
+            let acts = acts
+                .as_ref()
+                .expect("activations for the matrix-vector path");
+            dot_rows(ty, &ws[r0 * wpr..(r0 + nb) * wpr], acts, &mut out);
             out
         };
         let block = |b: usize| {
@@ -231,25 +230,6 @@ impl QuantOps for Flex {
         }
         burn::backend::flex::FlexTensor::from_data(TensorData::new(out, [ids.len(), k]))
     }
-}
-
-/// `Σ a[j]·b[j]` in eight interleaved partial sums, which the compiler keeps in one SIMD
-/// register (a single running sum is a serial dependency chain it may not reorder).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// Launches a kernel specialised for the weight type (the type is a compile-time parameter).
