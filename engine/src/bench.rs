@@ -43,6 +43,9 @@ pub struct BenchReport {
     pub peak_device_bytes: Option<u64>,
     /// Each weight shape of the model multiplied on its own, with every kernel the device has.
     pub kernels: Vec<KernelTiming>,
+    /// The GPU adapter the run used and the features its kernels could use (None on the CPU).
+    #[serde(default)]
+    pub adapter: Option<crate::device::Adapter>,
 }
 
 /// One weight matrix multiplied by `m` input rows with one kernel.
@@ -174,6 +177,7 @@ pub async fn run(
     let mut r = BenchReport {
         official_max_tokens: opts.official_max_tokens,
         device_bytes_after_load: device_bytes(model),
+        adapter: crate::device::adapter(model.device()),
         ..Default::default()
     };
     let mut peak = r.device_bytes_after_load;

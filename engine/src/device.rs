@@ -34,6 +34,37 @@ pub fn queues_work(device: &Device) -> bool {
     !matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_))
 }
 
+/// The adapter behind a GPU device, as the kernels see it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Adapter {
+    /// The adapter's name as its driver reports it.
+    pub name: String,
+    /// A software rasteriser (lavapipe, SwiftShader) rather than a GPU.
+    pub software: bool,
+    /// Subgroup ("plane") operations offered to kernels (the subgroup matrix–vector kernel).
+    pub subgroups: bool,
+    /// 16-bit float arithmetic in shaders (WebGPU's `shader-f16`).
+    pub shader_f16: bool,
+}
+
+/// The adapter behind `device`; None for the CPU.
+pub fn adapter(device: &Device) -> Option<Adapter> {
+    use burn_cubecl::cubecl::ir::{ElemType, FloatKind};
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => {
+            let client = d.client();
+            let props = client.properties();
+            Some(Adapter {
+                name: props.identity.name.clone(),
+                software: props.identity.physical.is_none(),
+                subgroups: crate::quant::ops::subgroups(device) == Some(true),
+                shader_f16: props.supports_type(ElemType::Float(FloatKind::F16)),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// The CPU device.
 pub fn cpu() -> Device {
     Device::flex()

@@ -81,6 +81,7 @@ fn every_figure_is_measured_with_the_mmproj() {
     );
     // The CPU backend reports no device memory.
     assert_eq!(r.peak_device_bytes, None);
+    assert_eq!(r.adapter, None, "the CPU has no adapter");
 }
 
 #[test]

@@ -56,3 +56,16 @@ fn wgpu_fused_attention_matches_an_f64_evaluation() {
         );
     }
 }
+
+#[test]
+fn the_wgpu_adapter_is_described_as_the_kernels_see_it() {
+    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let a = device::adapter(&dev).expect("a GPU device has an adapter");
+    assert!(!a.name.is_empty());
+    assert_eq!(
+        a.subgroups,
+        Kernel::available(&dev).contains(&Kernel::GemvSubgroup)
+    );
+    assert_eq!(device::adapter(&device::cpu()), None);
+    eprintln!("adapter: {a:?}");
+}

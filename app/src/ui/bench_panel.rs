@@ -14,10 +14,7 @@ fn rows(json: &str) -> Vec<(String, String)> {
     let r = &v["results"];
     let num = |x: &serde_json::Value| x.as_f64().unwrap_or(f64::NAN);
     let mut out = vec![
-        (
-            "runs on".into(),
-            v["backend"].as_str().unwrap_or("").to_string(),
-        ),
+        ("runs on".into(), runs_on(&v["backend"], &r["adapter"])),
         (
             "image encode, first (ms)".into(),
             format!("{:.0}", num(&r["image_encode_first_ms"])),
@@ -64,6 +61,31 @@ fn rows(json: &str) -> Vec<(String, String)> {
         out.push(("GPU memory, peak (MB)".into(), format!("{:.0}", b / 1e6)));
     }
     out
+}
+
+/// The backend, and on a GPU the adapter and the features its kernels could use.
+fn runs_on(backend: &serde_json::Value, adapter: &serde_json::Value) -> String {
+    let backend = backend.as_str().unwrap_or("").to_string();
+    let Some(name) = adapter["name"].as_str() else {
+        return backend;
+    };
+    let yes = |k: &str| {
+        if adapter[k].as_bool() == Some(true) {
+            "yes"
+        } else {
+            "no"
+        }
+    };
+    format!(
+        "{backend} · {name}{} · subgroups {} · shader-f16 {}",
+        if adapter["software"].as_bool() == Some(true) {
+            " (software)"
+        } else {
+            ""
+        },
+        yes("subgroups"),
+        yes("shader_f16")
+    )
 }
 
 /// The per-matrix kernel timings: matrix, type, input rows, kernel, ms, GB/s, GFLOP/s.
@@ -152,5 +174,21 @@ pub fn BenchPanel() -> impl IntoView {
             })}
         </section>
     })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_on_names_the_adapter_and_its_features() {
+        let gpu = serde_json::json!({"name": "llvmpipe", "software": true, "subgroups": false, "shader_f16": true});
+        assert_eq!(
+            runs_on(&"wgpu".into(), &gpu),
+            "wgpu · llvmpipe (software) · subgroups no · shader-f16 yes"
+        );
+        // The CPU, and reports saved before the adapter was recorded.
+        assert_eq!(runs_on(&"cpu".into(), &serde_json::Value::Null), "cpu");
     }
 }
