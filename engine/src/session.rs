@@ -53,6 +53,18 @@ pub struct OptionScores {
     pub best: Letter,
 }
 
+impl OptionScores {
+    /// The scores of `letters` from their logits (same order).
+    fn new(letters: Vec<Letter>, logits: Vec<f32>) -> Self {
+        OptionScores {
+            best: letters[argmax(&logits)],
+            probs: softmax(&logits),
+            letters,
+            logits,
+        }
+    }
+}
+
 /// Index of the largest value (first on ties, like `torch.argmax`).
 pub fn argmax(v: &[f32]) -> usize {
     let mut best = 0;
@@ -312,13 +324,7 @@ impl<'m> Session<'m> {
         let letter_ids = self.model.letter_ids(letters)?;
         let (h, _) = self.run(ids, images)?;
         let logits = read_f32(self.model.decoder.logits_for(h, &letter_ids)).await?;
-        let best = letters[argmax(&logits)];
-        Ok(OptionScores {
-            letters: letters.to_vec(),
-            probs: softmax(&logits),
-            logits,
-            best,
-        })
+        Ok(OptionScores::new(letters.to_vec(), logits))
     }
 
     /// Scores several prompts over the same `images` (one study's questions) in one pass: their
@@ -384,12 +390,7 @@ impl<'m> Session<'m> {
                     .iter()
                     .map(|l| row[all.iter().position(|a| a == l).unwrap_or(0)])
                     .collect();
-                OptionScores {
-                    letters: letters.clone(),
-                    probs: softmax(&logits),
-                    best: letters[argmax(&logits)],
-                    logits,
-                }
+                OptionScores::new(letters.clone(), logits)
             })
             .collect())
     }

@@ -21,7 +21,7 @@ pub struct Outcome {
 /// f32 summation of `k` products is within `k·2^-24·Σ|xᵢwᵢ|` of the exact sum (Higham, Accuracy
 /// and Stability of Numerical Algorithms, §3.1), whatever the order; 2× for the products' own
 /// rounding and an absolute floor for sums that cancel to ~0.
-fn bound(k: usize, abs_sum: f64) -> f64 {
+pub(crate) fn bound(k: usize, abs_sum: f64) -> f64 {
     2.0 * k as f64 * f64::from(f32::EPSILON) / 2.0 * abs_sum + 1e-30
 }
 

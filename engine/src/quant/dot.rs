@@ -497,7 +497,7 @@ mod tests {
                                 exact += p;
                                 abs += p.abs();
                             }
-                            let bound = k as f64 * f64::from(f32::EPSILON) * abs;
+                            let bound = crate::quant::conformance::bound(k, abs);
                             let got = f64::from(out[i * n + r]);
                             assert!(
                                 (got - exact).abs() <= bound,
