@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::eval::Clock;
 use crate::model::ModelError;
-use crate::quant::ops::{GEMV_MAX_M, Kernel, QMatrix};
+use crate::quant::ops::{GEMV_MAX_M, Half, Kernel, QMatrix};
 use crate::rexvqa::synth::synthetic_xray;
 use crate::rexvqa::{Letter, prompt};
 use crate::rng::SplitMix64;
@@ -63,6 +63,9 @@ pub struct KernelTiming {
     pub m: usize,
     /// The kernel ([`Kernel::Auto`] on the CPU, which has one path).
     pub kernel: Kernel,
+    /// How it widened f16 numbers ([`Half::Auto`] on the CPU).
+    #[serde(default)]
+    pub half: Half,
     /// Mean time of one multiplication.
     pub ms: f64,
     /// Packed weight bytes read per second, in GB/s (what bounds decoding).
@@ -102,8 +105,11 @@ impl Default for BenchOptions {
 }
 
 async fn sync(model: &Model) -> Result<(), ModelError> {
-    model
-        .device()
+    sync_device(model.device()).await
+}
+
+async fn sync_device(device: &burn::tensor::Device) -> Result<(), ModelError> {
+    device
         .sync()
         .map_err(|e| ModelError::Readback(format!("{e:?}")))
 }
@@ -113,30 +119,30 @@ fn device_bytes(model: &Model) -> Option<u64> {
     model.device().memory_pool_usage().map(|u| u.bytes_reserved)
 }
 
-/// Times `q · x` for `m` random rows with `kernel`.
+/// Times `q · x` for `m` random rows with `kernel` and `half`.
+#[allow(clippy::too_many_arguments)]
 async fn time_kernel(
-    model: &Model,
+    device: &burn::tensor::Device,
     name: &str,
     q: &QMatrix,
     m: usize,
     kernel: Kernel,
+    half: Half,
     reps: usize,
     clock: &impl Clock,
 ) -> Result<KernelTiming, ModelError> {
     let mut rng = SplitMix64::new(m as u64);
     let x: Vec<f32> = (0..m * q.cols).map(|_| rng.unit_f32() - 0.5).collect();
-    let x = burn::tensor::Tensor::<2>::from_data(
-        burn::tensor::TensorData::new(x, [m, q.cols]),
-        model.device(),
-    );
+    let x =
+        burn::tensor::Tensor::<2>::from_data(burn::tensor::TensorData::new(x, [m, q.cols]), device);
     // The warm-up compiles the kernel for this type.
-    drop(q.matmul_with(x.clone(), kernel));
-    sync(model).await?;
+    drop(q.matmul_variant(x.clone(), kernel, half));
+    sync_device(device).await?;
     let t = clock.now_ms();
     for _ in 0..reps {
-        drop(q.matmul_with(x.clone(), kernel));
+        drop(q.matmul_variant(x.clone(), kernel, half));
     }
-    sync(model).await?;
+    sync_device(device).await?;
     let ms = (clock.now_ms() - t) / reps as f64;
     let bytes = q.ty.bytes_for((q.rows * q.cols) as u64).unwrap_or(0) as f64;
     Ok(KernelTiming {
@@ -146,10 +152,55 @@ async fn time_kernel(
         cols: q.cols,
         m,
         kernel,
+        half,
         ms,
         weight_gb_per_s: bytes / (ms * 1e6),
         gflop_per_s: 2.0 * (m * q.rows * q.cols) as f64 / (ms * 1e6),
     })
+}
+
+/// Every weight type the engine reads at one `[rows, cols]` shape (random blocks), multiplied
+/// by `m` input rows for each `m` in `ms`, with every kernel and f16 form `device` has: a
+/// survey of the kernels on a new device that needs no model file.
+pub async fn kernel_survey(
+    device: &burn::tensor::Device,
+    rows: usize,
+    cols: usize,
+    ms: &[usize],
+    reps: usize,
+    clock: &impl Clock,
+) -> Result<Vec<KernelTiming>, ModelError> {
+    let mut out = Vec::new();
+    for ty in crate::gguf::GgmlType::all().filter(|t| t.is_supported()) {
+        let bytes = crate::quant::random_blocks(ty, rows * cols, ty.id() as u64);
+        let q = QMatrix::upload(
+            ty,
+            &bytes,
+            rows,
+            cols,
+            device,
+            crate::quant::ops::MAX_CHUNK_BYTES,
+        )
+        .map_err(|source| ModelError::Quant {
+            tensor: format!("survey {ty} {rows}×{cols}"),
+            source,
+        })?;
+        for &m in ms {
+            for kernel in Kernel::available(device) {
+                let gemv = matches!(kernel, Kernel::Gemv | Kernel::GemvSubgroup);
+                if gemv != (m <= GEMV_MAX_M) && kernel != Kernel::Naive && kernel != Kernel::Auto {
+                    continue;
+                }
+                for half in Half::available(device) {
+                    out.push(
+                        time_kernel(device, "survey", &q, m, kernel, half, reps.max(1), clock)
+                            .await?,
+                    );
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
@@ -283,9 +334,21 @@ pub async fn run(
                 if gemv != (m <= GEMV_MAX_M) && kernel != Kernel::Naive && kernel != Kernel::Auto {
                     continue;
                 }
-                r.kernels.push(
-                    time_kernel(model, name, q, m, kernel, opts.kernel_reps.max(1), clock).await?,
-                );
+                for half in Half::available(model.device()) {
+                    r.kernels.push(
+                        time_kernel(
+                            model.device(),
+                            name,
+                            q,
+                            m,
+                            kernel,
+                            half,
+                            opts.kernel_reps.max(1),
+                            clock,
+                        )
+                        .await?,
+                    );
+                }
             }
         }
     }

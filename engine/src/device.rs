@@ -45,6 +45,10 @@ pub struct Adapter {
     pub subgroups: bool,
     /// 16-bit float arithmetic in shaders (WebGPU's `shader-f16`).
     pub shader_f16: bool,
+    /// The kernels widen f16 numbers with the adapter's f16 type: it has shader-f16 and widens
+    /// every finite f16 exactly ([`crate::quant::ops::probe_native_half`]).
+    #[serde(default)]
+    pub native_half: bool,
 }
 
 /// The adapter behind `device`; None for the CPU.
@@ -59,6 +63,7 @@ pub fn adapter(device: &Device) -> Option<Adapter> {
                 software: props.identity.physical.is_none(),
                 subgroups: crate::quant::ops::subgroups(device) == Some(true),
                 shader_f16: props.supports_type(ElemType::Float(FloatKind::F16)),
+                native_half: crate::quant::ops::native_half_in_use(),
             })
         }
         _ => None,
@@ -77,9 +82,11 @@ pub fn wgpu() -> Result<Device, DeviceError> {
     static DEVICE: OnceLock<Result<Device, DeviceError>> = OnceLock::new();
     DEVICE
         .get_or_init(|| {
-            Device::wgpu_options()
+            let d = Device::wgpu_options()
                 .init()
-                .map_err(|e| DeviceError(format!("{e:?}")))
+                .map_err(|e| DeviceError(format!("{e:?}")))?;
+            pollster::block_on(crate::quant::ops::probe_native_half(&d));
+            Ok(d)
         })
         .clone()
 }
@@ -99,6 +106,7 @@ pub async fn wgpu_async() -> Result<Device, DeviceError> {
         return Ok(d.clone());
     }
     let d = result.map_err(|e| DeviceError(format!("{e:?}")))?;
+    crate::quant::ops::probe_native_half(&d).await;
     Ok(DEVICE.get_or_init(|| d).clone())
 }
 

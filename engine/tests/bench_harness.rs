@@ -94,3 +94,28 @@ fn a_text_only_model_gets_the_text_figures() {
     assert_eq!(r.fast_questions_per_s, 0.0);
     assert_eq!(r.official_questions_per_s, 0.0);
 }
+
+/// `rexvqa bench-kernels`' survey: every supported type, each input row count, with a positive
+/// finite time, on the CPU (one path) and on wgpu (every kernel and f16 form the adapter has).
+#[test]
+fn the_kernel_survey_times_every_type_and_variant() {
+    use rexvqa_engine::bench::kernel_survey;
+    use rexvqa_engine::gguf::GgmlType;
+    use rexvqa_engine::quant::ops::{Half, Kernel};
+    let types = GgmlType::all().filter(|t| t.is_supported()).count();
+    let clock = Wall(std::time::Instant::now());
+    let cpu =
+        pollster::block_on(kernel_survey(&device::cpu(), 8, 256, &[1, 9], 1, &clock)).unwrap();
+    assert_eq!(cpu.len(), types * 2);
+    assert!(cpu.iter().all(|t| t.ms.is_finite() && t.ms > 0.0));
+    let gpu = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let t = pollster::block_on(kernel_survey(&gpu, 8, 256, &[1, 9], 1, &clock)).unwrap();
+    let halves = Half::available(&gpu).len();
+    // m = 1: naive and every matrix–vector kernel; m = 9: naive and tiled.
+    let gemv = Kernel::available(&gpu)
+        .iter()
+        .filter(|k| matches!(k, Kernel::Gemv | Kernel::GemvSubgroup))
+        .count();
+    assert_eq!(t.len(), types * halves * ((1 + gemv) + 2));
+    assert!(t.iter().all(|t| t.ms.is_finite() && t.ms > 0.0));
+}

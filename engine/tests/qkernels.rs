@@ -2,28 +2,44 @@
 
 use rexvqa_engine::device;
 use rexvqa_engine::model::fused;
-use rexvqa_engine::quant::conformance::{cases, check_matmul};
-use rexvqa_engine::quant::ops::Kernel;
+use rexvqa_engine::quant::conformance::{cases, check_half_forms_agree, check_matmul};
+use rexvqa_engine::quant::ops::{Half, Kernel, allow_software_subgroups, native_half_exact};
 
-/// Every case with every kernel the device offers, and with the automatic choice.
+/// The wgpu device, with the subgroup kernel allowed on a software adapter (lavapipe has
+/// subgroups; cubecl does not advertise them there), so that it is tested off a GPU too. Every
+/// test here calls this first, so all see the same kernel list.
+fn gpu() -> burn::tensor::Device {
+    allow_software_subgroups();
+    device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)")
+}
+
+/// Every case with every kernel and f16 form the device offers, and with the automatic choice.
 fn run_all(dev: &burn::tensor::Device, label: &str) {
     let mut kernels = Kernel::available(dev);
     if !kernels.contains(&Kernel::Auto) {
         kernels.push(Kernel::Auto);
     }
-    eprintln!("{label}: kernels {kernels:?}");
+    let mut halves = Half::available(dev);
+    if !halves.contains(&Half::Auto) {
+        halves.push(Half::Auto);
+    }
+    eprintln!("{label}: kernels {kernels:?}, f16 forms {halves:?}");
     for kernel in kernels {
-        for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
-            // Small chunks force the multi-buffer path on the larger cases.
-            let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
-            let o = pollster::block_on(check_matmul(dev, kernel, ty, m, n, k, chunk, i as u64))
+        for &half in &halves {
+            for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
+                // Small chunks force the multi-buffer path on the larger cases.
+                let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
+                let o = pollster::block_on(check_matmul(
+                    dev, kernel, half, ty, m, n, k, chunk, i as u64,
+                ))
                 .unwrap();
-            assert!(
-                o.worst_ratio <= 1.0,
-                "{label}: {} (error {:.2}× the bound)",
-                o.worst,
-                o.worst_ratio
-            );
+                assert!(
+                    o.worst_ratio <= 1.0,
+                    "{label}: {} (error {:.2}× the bound)",
+                    o.worst,
+                    o.worst_ratio
+                );
+            }
         }
     }
 }
@@ -35,13 +51,42 @@ fn flex_cpu_kernels_match_the_reference() {
 
 #[test]
 fn wgpu_kernels_match_the_reference() {
-    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let dev = gpu();
+    // CI's adapter: make sure the subgroup kernel did not silently drop out of the list.
+    if device::adapter(&dev).is_some_and(|a| a.name.starts_with("llvmpipe")) {
+        assert!(Kernel::available(&dev).contains(&Kernel::GemvSubgroup));
+    }
     run_all(&dev, "wgpu");
+}
+
+/// The native f16 form changes how numbers are widened, never the result: every kernel gives
+/// the same bits both ways, and the probe that lets [`Half::Auto`] use it finds every finite
+/// f16 (subnormals included) widened exactly. Runs where the adapter has shader-f16 (lavapipe
+/// does) and says so where not.
+#[test]
+fn wgpu_native_f16_kernels_equal_the_integer_ones_bit_for_bit() {
+    let dev = gpu();
+    if !Half::available(&dev).contains(&Half::Native) {
+        eprintln!("this adapter has no shader-f16: only the integer form exists");
+        return;
+    }
+    assert!(pollster::block_on(native_half_exact(&dev)).unwrap());
+    assert_eq!(
+        device::adapter(&dev).map(|a| a.native_half),
+        Some(true),
+        "an exact native f16 is what the automatic choice uses"
+    );
+    for kernel in Kernel::available(&dev) {
+        for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
+            pollster::block_on(check_half_forms_agree(&dev, kernel, ty, m, n, k, i as u64))
+                .unwrap();
+        }
+    }
 }
 
 #[test]
 fn wgpu_fused_attention_matches_an_f64_evaluation() {
-    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let dev = gpu();
     for (i, (shape, window)) in fused::CASES.into_iter().enumerate() {
         let t0 = std::time::Instant::now();
         let err =
@@ -59,7 +104,7 @@ fn wgpu_fused_attention_matches_an_f64_evaluation() {
 
 #[test]
 fn the_wgpu_adapter_is_described_as_the_kernels_see_it() {
-    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let dev = gpu();
     let a = device::adapter(&dev).expect("a GPU device has an adapter");
     assert!(!a.name.is_empty());
     assert_eq!(

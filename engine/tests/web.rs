@@ -42,7 +42,7 @@ mod model_in_browser {
     use rexvqa_engine::model::fused;
     use rexvqa_engine::model::nn::read_f32;
     use rexvqa_engine::quant::conformance::{cases, check_matmul};
-    use rexvqa_engine::quant::ops::Kernel;
+    use rexvqa_engine::quant::ops::{Half, Kernel};
     use rexvqa_engine::rexvqa::{Letter, prompt};
     use rexvqa_engine::session::{LoadOptions, Model, Session};
     use wasm_bindgen_test::*;
@@ -65,18 +65,23 @@ mod model_in_browser {
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
         let mut kernels = Kernel::available(&dev);
         kernels.push(Kernel::Auto);
+        // SwiftShader has no shader-f16; a browser on a GPU that has it runs both forms.
+        let mut halves = Half::available(&dev);
+        halves.push(Half::Auto);
         for kernel in kernels {
-            for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
-                let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
-                let o = check_matmul(&dev, kernel, ty, m, n, k, chunk, i as u64)
-                    .await
-                    .unwrap();
-                assert!(
-                    o.worst_ratio <= 1.0,
-                    "WebGPU: {} ({:.2}× the bound)",
-                    o.worst,
-                    o.worst_ratio
-                );
+            for &half in &halves {
+                for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
+                    let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
+                    let o = check_matmul(&dev, kernel, half, ty, m, n, k, chunk, i as u64)
+                        .await
+                        .unwrap();
+                    assert!(
+                        o.worst_ratio <= 1.0,
+                        "WebGPU: {} ({:.2}× the bound)",
+                        o.worst,
+                        o.worst_ratio
+                    );
+                }
             }
         }
     }
@@ -86,9 +91,19 @@ mod model_in_browser {
     async fn every_quant_type_matches_the_cpu_reference_on_the_wasm_cpu() {
         let dev = device::cpu();
         for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
-            let o = check_matmul(&dev, Kernel::Auto, ty, m, n, k, usize::MAX / 2, i as u64)
-                .await
-                .unwrap();
+            let o = check_matmul(
+                &dev,
+                Kernel::Auto,
+                Half::Auto,
+                ty,
+                m,
+                n,
+                k,
+                usize::MAX / 2,
+                i as u64,
+            )
+            .await
+            .unwrap();
             assert!(
                 o.worst_ratio <= 1.0,
                 "wasm CPU: {} ({:.2}× the bound)",

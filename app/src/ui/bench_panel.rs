@@ -76,8 +76,17 @@ fn runs_on(backend: &serde_json::Value, adapter: &serde_json::Value) -> String {
             "no"
         }
     };
+    // Reports saved before the f16 probe existed have no `native_half`.
+    let f16_use = match (
+        adapter["shader_f16"].as_bool(),
+        adapter["native_half"].as_bool(),
+    ) {
+        (Some(true), Some(true)) => ", used",
+        (Some(true), Some(false)) => ", unused (inexact on this adapter)",
+        _ => "",
+    };
     format!(
-        "{backend} · {name}{} · subgroups {} · shader-f16 {}",
+        "{backend} · {name}{} · subgroups {} · shader-f16 {}{f16_use}",
         if adapter["software"].as_bool() == Some(true) {
             " (software)"
         } else {
@@ -104,7 +113,10 @@ fn kernel_rows(json: &str) -> Vec<[String; 7]> {
                 text(&k["matrix"]),
                 format!("{} {}×{}", text(&k["ty"]), k["rows"], k["cols"]),
                 k["m"].to_string(),
-                text(&k["kernel"]),
+                match k["half"].as_str() {
+                    Some(h @ ("integer" | "native")) => format!("{} · {h} f16", text(&k["kernel"])),
+                    _ => text(&k["kernel"]),
+                },
                 format!("{:.2}", num(&k["ms"])),
                 format!("{:.2}", num(&k["weight_gb_per_s"])),
                 format!("{:.2}", num(&k["gflop_per_s"])),
@@ -187,6 +199,16 @@ mod tests {
         assert_eq!(
             runs_on(&"wgpu".into(), &gpu),
             "wgpu · llvmpipe (software) · subgroups no · shader-f16 yes"
+        );
+        let probed = serde_json::json!({"name": "llvmpipe", "software": true, "subgroups": false, "shader_f16": true, "native_half": true});
+        assert_eq!(
+            runs_on(&"wgpu".into(), &probed),
+            "wgpu · llvmpipe (software) · subgroups no · shader-f16 yes, used"
+        );
+        let inexact = serde_json::json!({"name": "gpu", "software": false, "subgroups": true, "shader_f16": true, "native_half": false});
+        assert_eq!(
+            runs_on(&"wgpu".into(), &inexact),
+            "wgpu · gpu · subgroups yes · shader-f16 yes, unused (inexact on this adapter)"
         );
         // The CPU, and reports saved before the adapter was recorded.
         assert_eq!(runs_on(&"cpu".into(), &serde_json::Value::Null), "cpu");

@@ -166,6 +166,28 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Time every weight type at one matrix shape with every kernel and f16 form the device has
+    /// (random blocks, no model needed); print and write JSON.
+    BenchKernels {
+        /// cpu (burn-flex) or wgpu (Vulkan/Metal/DX12).
+        #[arg(long, default_value = "wgpu", value_parser = parse_backend)]
+        backend: BackendKind,
+        /// Matrix rows (output features).
+        #[arg(long, default_value_t = 2048)]
+        rows: usize,
+        /// Matrix columns (input features; a multiple of 256).
+        #[arg(long, default_value_t = 2048)]
+        cols: usize,
+        /// Input row counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        m: Vec<usize>,
+        /// Repetitions per timing (after one warm-up).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Write the JSON here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Write a synthetic MedGemma-4B-shaped GGUF pair (random weights, real shapes, Q4_K_M mix,
     /// F16 mmproj) for memory and speed measurements; ~3.4 GB.
     SynthModel {
@@ -606,6 +628,55 @@ fn run(cli: Cli) -> Result<(), String> {
                 "load_s": load_s,
                 "peak_rss_bytes": peak_rss(),
                 "results": r,
+            });
+            let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+            println!("{text}");
+            if let Some(p) = out {
+                write(&p, &text)?;
+            }
+        }
+        Command::BenchKernels {
+            backend,
+            rows,
+            cols,
+            m,
+            reps,
+            out,
+        } => {
+            if rows == 0 || cols == 0 || cols % 256 != 0 {
+                return Err(format!(
+                    "--rows {rows} --cols {cols}: rows must be positive and cols a positive multiple of 256 (every block size divides it)"
+                ));
+            }
+            let dev = device::open(backend).map_err(|e| e.to_string())?;
+            let timings = pollster::block_on(rexvqa_engine::bench::kernel_survey(
+                &dev,
+                rows,
+                cols,
+                &m,
+                reps,
+                &Wall(Instant::now()),
+            ))
+            .map_err(|e| e.to_string())?;
+            for t in &timings {
+                eprintln!(
+                    "{:5} m={:<4} {:14} {:8} {:10.3} ms {:8.2} GB/s {:8.2} GFLOP/s",
+                    t.ty,
+                    t.m,
+                    format!("{:?}", t.kernel),
+                    format!("{:?}", t.half),
+                    t.ms,
+                    t.weight_gb_per_s,
+                    t.gflop_per_s
+                );
+            }
+            let json = serde_json::json!({
+                "engine": format!("rexvqa {}", env!("CARGO_PKG_VERSION")),
+                "backend": format!("{backend:?}").to_lowercase(),
+                "adapter": device::adapter(&dev),
+                "rows": rows,
+                "cols": cols,
+                "kernels": timings,
             });
             let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
             println!("{text}");

@@ -4,7 +4,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::ops::{Kernel, QMatrix, u32_tensor};
+use super::ops::{Half, Kernel, QMatrix, u32_tensor};
 use super::{dequantize_vec, random_blocks};
 use crate::gguf::GgmlType;
 use crate::rng::SplitMix64;
@@ -33,12 +33,13 @@ async fn read(t: Tensor<2>) -> Result<Vec<f32>, String> {
         .map_err(|e| format!("{e:?}"))
 }
 
-/// Checks `x [m, k] · Wᵀ` with `kernel` for random well-formed blocks of `ty` (`n` rows, split
-/// into chunks of at most `chunk_bytes`) and a row gather, on `device`.
+/// Checks `x [m, k] · Wᵀ` with `kernel` and `half` for random well-formed blocks of `ty` (`n`
+/// rows, split into chunks of at most `chunk_bytes`) and a row gather, on `device`.
 #[allow(clippy::too_many_arguments)]
 pub async fn check_matmul(
     device: &Device,
     kernel: Kernel,
+    half: Half,
     ty: GgmlType,
     m: usize,
     n: usize,
@@ -52,7 +53,7 @@ pub async fn check_matmul(
     let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
     let q = QMatrix::upload(ty, &bytes, n, k, device, chunk_bytes).map_err(|e| e.to_string())?;
     let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
-    let got = read(q.matmul_with(xt, kernel)).await?;
+    let got = read(q.matmul_variant(xt, kernel, half)).await?;
     if got.len() != m * n {
         return Err(format!(
             "{ty}: got {} outputs, expected {}",
@@ -80,7 +81,7 @@ pub async fn check_matmul(
                 worst = Outcome {
                     worst_ratio: ratio,
                     worst: format!(
-                        "{kernel:?} {ty} m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"
+                        "{kernel:?} {half:?} {ty} m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"
                     ),
                 };
             }
@@ -91,7 +92,7 @@ pub async fn check_matmul(
         .iter()
         .map(|&i| i as u32)
         .collect();
-    let rows = read(q.gather(&ids)).await?;
+    let rows = read(q.gather_with(u32_tensor(ids.clone(), device), half)).await?;
     for (t, &id) in ids.iter().enumerate() {
         let want = &w[id as usize * k..(id as usize + 1) * k];
         if rows[t * k..(t + 1) * k] != *want {
@@ -100,14 +101,45 @@ pub async fn check_matmul(
             ));
         }
     }
-    // The same rows looked up with ids that stay on the device.
-    let dev_ids = u32_tensor(ids.clone(), device);
-    if read(q.gather_device(dev_ids)).await? != rows {
+    // The same rows looked up with host ids.
+    if read(q.gather(&ids)).await? != rows {
         return Err(format!(
-            "{ty}: rows gathered with device ids differ from the host-id gather"
+            "{ty}: rows gathered with host ids differ from the device-id gather"
         ));
     }
     Ok(worst)
+}
+
+/// Whether `kernel` gives bit-identical products with both f16 forms (each exact, and the
+/// summation order is the same) for random blocks of `ty`; an error names the first difference.
+#[allow(clippy::too_many_arguments)]
+pub async fn check_half_forms_agree(
+    device: &Device,
+    kernel: Kernel,
+    ty: GgmlType,
+    m: usize,
+    n: usize,
+    k: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let bytes = random_blocks(ty, n * k, seed);
+    let mut rng = SplitMix64::new(seed ^ 0x5eed);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
+    let q = QMatrix::upload(ty, &bytes, n, k, device, usize::MAX / 2).map_err(|e| e.to_string())?;
+    let xt = Tensor::<2>::from_data(TensorData::new(x, [m, k]), device);
+    let a = read(q.matmul_variant(xt.clone(), kernel, Half::Integer)).await?;
+    let b = read(q.matmul_variant(xt, kernel, Half::Native)).await?;
+    match a
+        .iter()
+        .zip(&b)
+        .position(|(a, b)| a.to_bits() != b.to_bits())
+    {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{kernel:?} {ty} m={m} n={n} k={k}: out[{}] is {} with integer f16 widening, {} native",
+            i, a[i], b[i]
+        )),
+    }
 }
 
 /// The shapes every backend and kernel is checked on: tiny, odd (prime row counts), real row

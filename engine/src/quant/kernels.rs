@@ -1,7 +1,13 @@
 //! CubeCL kernels that read GGUF blocks (in the padded layout of [`super::pack`]) directly:
 //! a dequantising matrix multiply and a dequantising row gather. Each weight is decoded with
 //! the same integer and float operations as [`super::dequantize`], so a kernel differs from
-//! "dequantise on the CPU, then multiply in f32" only by summation order.
+//! "dequantise on the CPU, then multiply in f32" only by summation order. Every kernel comes in
+//! two forms that widen the f16 numbers of the blocks (F16 weights, block scales) differently:
+//! in integer arithmetic, which any adapter runs, or by reading the same buffer as f16 values
+//! and converting them (`native`, WebGPU's `shader-f16`): one load and one conversion instead
+//! of a dozen integer operations and a branch. Both are exact, so the two forms give identical
+//! results. (Not a `bitcast<vec2<f16>>` of a word: naga, which compiles WGSL natively, keeps a
+//! bitcast's vector width and rejects it.)
 
 // CubeCL needs a variable declared before runtime branches assign it; rustc cannot see that
 // the expansion reads the initial value.
@@ -58,6 +64,27 @@ fn half_to_f32(h: u32) -> f32 {
     f32::reinterpret(bits)
 }
 
+/// The f16 in half `hi` (0 low, 1 high) of word `i` of the packed rows, as an f32. `wh` is the
+/// same buffer bound as f16 values; with `native` (shader-f16) the adapter converts one of
+/// those, otherwise integer arithmetic widens the bits of `w` (`wh` is then unused). Both are
+/// exact, so the two forms agree bit for bit.
+#[cube]
+fn half_at<H: CubePrimitive>(
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    i: usize,
+    hi: usize,
+    #[comptime] native: bool,
+) -> f32 {
+    let mut v = 0.0f32;
+    if comptime!(native) {
+        v = f32::cast_from(wh[2 * i + hi]);
+    } else {
+        v = half_to_f32((w[i] >> ((hi * 16) as u32)) & 0xFFFFu32);
+    }
+    v
+}
+
 /// A byte read as i8, as f32.
 #[cube]
 fn signed_byte(b: u32) -> f32 {
@@ -85,28 +112,35 @@ fn scale_min_k4(w: &Tensor<u32>, base: usize, sbase: usize, j: usize) -> (f32, f
     (f32::cast_from(sc), f32::cast_from(m))
 }
 
-/// Weight `j` of the packed row starting at word `row`.
+/// Weight `j` of the packed row starting at word `row`; `native` widens f16 numbers with the
+/// adapter's f16 type (see [`half_lo`]).
 #[cube]
-pub fn dequant_one(w: &Tensor<u32>, row: usize, j: usize, #[comptime] ty: u32) -> f32 {
+pub fn dequant_one<H: CubePrimitive>(
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    row: usize,
+    j: usize,
+    #[comptime] ty: u32,
+    #[comptime] native: bool,
+) -> f32 {
     let mut v = 0.0f32;
     if comptime!(ty == ty::F32) {
         v = f32::reinterpret(w[row + j]);
     } else if comptime!(ty == ty::F16) {
-        let shift = ((j % 2) * 16) as u32;
-        v = half_to_f32((w[row + j / 2] >> shift) & 0xFFFFu32);
+        v = half_at(w, wh, row + j / 2, j % 2, native);
     } else if comptime!(ty == ty::BF16) {
         let shift = ((j % 2) * 16) as u32;
         v = f32::reinterpret(((w[row + j / 2] >> shift) & 0xFFFFu32) << 16u32);
     } else if comptime!(ty == ty::Q8_0) {
         // {f16 d; i8 qs[32]} padded to 9 words.
         let base = row + (j / 32) * 9;
-        let d = half_to_f32(w[base] & 0xFFFFu32);
+        let d = half_at(w, wh, base, 0, native);
         v = signed_byte(byte_at(w, base, 2 + j % 32)) * d;
     } else if comptime!(ty == ty::Q4_0) {
         // {f16 d; u8 qs[16]} padded to 5 words.
         let base = row + (j / 32) * 5;
         let i = j % 32;
-        let d = half_to_f32(w[base] & 0xFFFFu32);
+        let d = half_at(w, wh, base, 0, native);
         let b = byte_at(w, base, 2 + i % 16);
         let mut q = b & 0xFu32;
         if i >= 16 {
@@ -117,7 +151,7 @@ pub fn dequant_one(w: &Tensor<u32>, row: usize, j: usize, #[comptime] ty: u32) -
         // {f16 d; u8 qh[4]; u8 qs[16]} padded to 6 words.
         let base = row + (j / 32) * 6;
         let i = j % 32;
-        let d = half_to_f32(w[base] & 0xFFFFu32);
+        let d = half_at(w, wh, base, 0, native);
         let qh = (w[base] >> 16u32) | (w[base + 1] << 16u32);
         let b = byte_at(w, base, 6 + i % 16);
         let mut q = 0u32;
@@ -131,8 +165,8 @@ pub fn dequant_one(w: &Tensor<u32>, row: usize, j: usize, #[comptime] ty: u32) -
         // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]} = 36 words.
         let base = row + (j / 256) * 36;
         let i = j % 256;
-        let d = half_to_f32(w[base] & 0xFFFFu32);
-        let dmin = half_to_f32(w[base] >> 16u32);
+        let d = half_at(w, wh, base, 0, native);
+        let dmin = half_at(w, wh, base, 1, native);
         let n = i / 64;
         let within = i % 64;
         let (sc, m) = scale_min_k4(w, base, 4, 2 * n + within / 32);
@@ -146,8 +180,8 @@ pub fn dequant_one(w: &Tensor<u32>, row: usize, j: usize, #[comptime] ty: u32) -
         // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]} = 44 words.
         let base = row + (j / 256) * 44;
         let i = j % 256;
-        let d = half_to_f32(w[base] & 0xFFFFu32);
-        let dmin = half_to_f32(w[base] >> 16u32);
+        let d = half_at(w, wh, base, 0, native);
+        let dmin = half_at(w, wh, base, 1, native);
         let n = i / 64;
         let within = i % 64;
         let l = within % 32;
@@ -168,7 +202,7 @@ pub fn dequant_one(w: &Tensor<u32>, row: usize, j: usize, #[comptime] ty: u32) -
         // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} padded to 53 words.
         let base = row + (j / 256) * 53;
         let i = j % 256;
-        let d = half_to_f32(w[base + 52] & 0xFFFFu32);
+        let d = half_at(w, wh, base + 52, 0, native);
         let n = i / 128;
         let w128 = i % 128;
         let l = w128 % 32;
@@ -190,14 +224,17 @@ pub fn dequant_one(w: &Tensor<u32>, row: usize, j: usize, #[comptime] ty: u32) -
 
 /// `out[m, r] = Σ_j x[m, j] · W[r, j]` for packed rows `W` of `k` weights.
 #[cube(launch)]
-pub fn qmatmul_kernel(
+pub fn qmatmul_kernel<H: CubePrimitive>(
     x: &Tensor<f32>,
     w: &Tensor<u32>,
+    wh: &Tensor<H>,
     out: &mut Tensor<f32>,
     k: u32,
     n: u32,
     row_words: u32,
     #[comptime] ty: u32,
+    #[comptime] native: bool,
+    #[define(H)] _half: ElemType,
 ) {
     let idx = ABSOLUTE_POS;
     if idx >= out.len() {
@@ -211,7 +248,7 @@ pub fn qmatmul_kernel(
     let xb = m * k;
     let mut acc = 0.0f32;
     for j in 0..k {
-        acc += x[xb + j] * dequant_one(w, row, j, ty);
+        acc += x[xb + j] * dequant_one(w, wh, row, j, ty, native);
     }
     out[idx] = acc;
 }
@@ -221,15 +258,18 @@ pub fn qmatmul_kernel(
 /// split matrix and the parts added (adding exact zeros changes nothing).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn qgather_kernel(
+pub fn qgather_kernel<H: CubePrimitive>(
     ids: &Tensor<u32>,
     w: &Tensor<u32>,
+    wh: &Tensor<H>,
     out: &mut Tensor<f32>,
     k: u32,
     row_words: u32,
     row0: u32,
     rows: u32,
     #[comptime] ty: u32,
+    #[comptime] native: bool,
+    #[define(H)] _half: ElemType,
 ) {
     let idx = ABSOLUTE_POS;
     if idx >= out.len() {
@@ -243,7 +283,7 @@ pub fn qgather_kernel(
     if id >= row0 {
         let r = id - row0;
         if r < rows {
-            v = dequant_one(w, r as usize * row_words as usize, j, ty);
+            v = dequant_one(w, wh, r as usize * row_words as usize, j, ty, native);
         }
     }
     out[idx] = v;
@@ -264,9 +304,10 @@ pub const GEMV_THREADS: u32 = 64;
 /// matrix has more rows than one dispatch dimension allows (65535).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn qgemv_kernel(
+pub fn qgemv_kernel<H: CubePrimitive>(
     x: &Tensor<f32>,
     w: &Tensor<u32>,
+    wh: &Tensor<H>,
     out: &mut Tensor<f32>,
     m: u32,
     k: u32,
@@ -274,6 +315,8 @@ pub fn qgemv_kernel(
     row_words: u32,
     #[comptime] ty: u32,
     #[comptime] plane: bool,
+    #[comptime] native: bool,
+    #[define(H)] _half: ElemType,
 ) {
     let n = n as usize;
     let m = m as usize;
@@ -296,7 +339,7 @@ pub fn qgemv_kernel(
     }
     let mut j = lane;
     while j < k {
-        let wv = dequant_one(w, row, j, ty);
+        let wv = dequant_one(w, wh, row, j, ty, native);
         #[unroll]
         for i in 0..GEMV_ROWS {
             if m0 + i < m {
@@ -373,15 +416,18 @@ const LOADS: usize = TILE * TILE_K / (TILE_THREADS * TILE_THREADS) as usize;
 /// decoded once per 64 input rows instead of once per output.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn qmatmul_tiled_kernel(
+pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     x: &Tensor<f32>,
     w: &Tensor<u32>,
+    wh: &Tensor<H>,
     out: &mut Tensor<f32>,
     m: u32,
     k: u32,
     n: u32,
     row_words: u32,
     #[comptime] ty: u32,
+    #[comptime] native: bool,
+    #[define(H)] _half: ElemType,
 ) {
     let m = m as usize;
     let k = k as usize;
@@ -413,7 +459,7 @@ pub fn qmatmul_tiled_kernel(
             xs[e] = xv;
             let mut wv = 0.0f32;
             if bn + rr < n && j < k {
-                wv = dequant_one(w, (bn + rr) * row_words as usize, j, ty);
+                wv = dequant_one(w, wh, (bn + rr) * row_words as usize, j, ty, native);
             }
             ws[e] = wv;
         }

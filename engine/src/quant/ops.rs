@@ -80,19 +80,138 @@ pub fn subgroups(device: &Device) -> Option<bool> {
     }
 }
 
+/// Set by [`allow_software_subgroups`].
+static SOFTWARE_SUBGROUPS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Lets the subgroup kernel run on software adapters, for tests: cubecl-wgpu advertises no
+/// subgroup operations on CPU-type devices even where the wgpu device has them (lavapipe
+/// does: subgroups of 8), so without this the subgroup kernel would never run off a GPU.
+#[doc(hidden)]
+pub fn allow_software_subgroups() {
+    SOFTWARE_SUBGROUPS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Whether CubeCL offers subgroup ("plane") operations on a device with these properties.
 fn plane_ops(props: &cubecl::ir::DeviceProperties) -> bool {
     props
         .features
         .plane
         .contains(cubecl::ir::features::Plane::Ops)
+        || (props.identity.physical.is_none()
+            && SOFTWARE_SUBGROUPS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// How the device kernels widen the f16 numbers of GGUF blocks (F16 weights, block scales) to
+/// f32. Both forms are exact and give identical results; they differ only in speed.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Half {
+    /// [`Half::Native`] where the adapter has shader-f16 and passed [`probe_native_half`],
+    /// [`Half::Integer`] elsewhere.
+    #[default]
+    Auto,
+    /// Integer arithmetic on the bits (every adapter).
+    Integer,
+    /// The adapter's f16 type (adapters with shader-f16 only).
+    Native,
+}
+
+impl Half {
+    fn id(self) -> u32 {
+        self as u32
+    }
+
+    fn from_id(id: u32) -> Half {
+        [Half::Auto, Half::Integer, Half::Native][id as usize]
+    }
+
+    /// The explicit forms `device` can run (the native one only where the adapter has
+    /// shader-f16); the CPU has one path and lists [`Half::Auto`] only.
+    pub fn available(device: &Device) -> Vec<Half> {
+        match shader_f16(device) {
+            None => vec![Half::Auto],
+            Some(false) => vec![Half::Integer],
+            Some(true) => vec![Half::Integer, Half::Native],
+        }
+    }
+}
+
+/// Whether a GPU device's adapter has 16-bit floats in shaders; `None` for the CPU.
+pub fn shader_f16(device: &Device) -> Option<bool> {
+    use cubecl::ir::{ElemType, FloatKind};
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => Some(
+            d.client()
+                .properties()
+                .supports_type(ElemType::Float(FloatKind::F16)),
+        ),
+        _ => None,
+    }
+}
+
+/// Set once [`probe_native_half`] has checked the (one per process) GPU device: whether
+/// [`Half::Auto`] uses the native form there.
+static NATIVE_HALF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Whether [`Half::Auto`] widens f16 natively on GPU devices (false until probed).
+pub fn native_half_in_use() -> bool {
+    NATIVE_HALF.get().copied().unwrap_or(false)
+}
+
+/// Widens every finite f16 value with the native kernels and compares the bits with the CPU's
+/// conversion; [`Half::Auto`] uses the native form only if all 63,488 agree. A shader's f16 may
+/// flush subnormals (Vulkan and WebGPU allow it), and a block scale or an F16 weight below
+/// 6.1e-5 is subnormal, so exactness is checked on the adapter rather than assumed. Returns
+/// the verdict; runs once per process (the GPU device is opened once).
+pub async fn probe_native_half(device: &Device) -> bool {
+    if let Some(v) = NATIVE_HALF.get() {
+        return *v;
+    }
+    // A native form that fails to compile or run is as unusable as an inexact one.
+    let ok = match shader_f16(device) {
+        Some(true) => native_half_exact(device).await.unwrap_or(false),
+        _ => false,
+    };
+    *NATIVE_HALF.get_or_init(|| ok)
+}
+
+/// The finite f16 bit patterns, as the bytes of an F16 matrix of `[HALF_ROWS, 1024]`.
+const HALF_ROWS: usize = 62;
+
+/// Whether the native form widens every finite f16 (padded to whole rows with zeros) exactly.
+pub async fn native_half_exact(device: &Device) -> Result<bool, String> {
+    let (rows, cols) = (HALF_ROWS, 1024);
+    let bits: Vec<u16> = (0..=u16::MAX)
+        .filter(|b| b & 0x7C00 != 0x7C00)
+        .chain(std::iter::repeat(0))
+        .take(rows * cols)
+        .collect();
+    let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+    let q = QMatrix::upload(GgmlType::F16, &bytes, rows, cols, device, usize::MAX / 2)
+        .map_err(|e| e.to_string())?;
+    let ids: Vec<u32> = (0..rows as u32).collect();
+    let got = q
+        .gather_with(u32_tensor(ids, device), Half::Native)
+        .into_data_async()
+        .await
+        .map_err(|e| format!("readback failed: {e:?}"))?
+        .try_into_vec::<f32>()
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(got.len() == bits.len()
+        && got
+            .iter()
+            .zip(&bits)
+            .all(|(g, &b)| g.to_bits() == half::f16::from_bits(b).to_f32().to_bits()))
 }
 
 /// Operations on packed GGUF rows (see [`super::pack`]).
 #[backend_extension(Cube, Flex)]
 pub trait QuantOps: burn::backend::Backend {
     /// `x [m, k] · Wᵀ → [m, n]` for `n` packed rows of ggml type `ty_id`, with the kernel
-    /// given by [`Kernel`]'s id.
+    /// and f16 form given by [`Kernel`]'s and [`Half`]'s ids.
     fn qmatmul(
         x: FloatTensor<Self>,
         w: IntTensor<Self>,
@@ -100,10 +219,11 @@ pub trait QuantOps: burn::backend::Backend {
         n: usize,
         k: usize,
         kernel: u32,
+        half: u32,
     ) -> FloatTensor<Self>;
 
     /// Rows `ids - row0` of the packed matrix of `rows` rows, dequantised: `[ids.len(), k]`;
-    /// zero rows for ids outside `row0..row0 + rows`.
+    /// zero rows for ids outside `row0..row0 + rows`; `half` is [`Half`]'s id.
     fn qgather(
         ids: IntTensor<Self>,
         w: IntTensor<Self>,
@@ -111,6 +231,7 @@ pub trait QuantOps: burn::backend::Backend {
         k: usize,
         row0: usize,
         rows: usize,
+        half: u32,
     ) -> FloatTensor<Self>;
 }
 
@@ -126,6 +247,7 @@ impl QuantOps for Flex {
         n: usize,
         k: usize,
         _kernel: u32,
+        _half: u32,
     ) -> FloatTensor<Self> {
         let (x, w) = (x.to_contiguous(), w.to_contiguous());
         let xs: &[f32] = x.as_slice().expect("qmatmul input is f32");
@@ -215,6 +337,7 @@ impl QuantOps for Flex {
         k: usize,
         row0: usize,
         rows: usize,
+        _half: u32,
     ) -> FloatTensor<Self> {
         let (ids, w) = (ids.to_contiguous(), w.to_contiguous());
         let ids: &[u32] = ids.as_slice().expect("ids are u32");
@@ -250,6 +373,38 @@ macro_rules! by_type {
     };
 }
 
+/// Whether a kernel on a device with `props` widens f16 natively for the [`Half`] with id `half`.
+fn native_half(props: &cubecl::ir::DeviceProperties, half: u32) -> bool {
+    let f16 = props.supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16));
+    match Half::from_id(half) {
+        Half::Auto => f16 && native_half_in_use(),
+        Half::Integer => false,
+        Half::Native if !f16 => {
+            panic!("the native f16 form needs an adapter with shader-f16 (Half::available)")
+        }
+        Half::Native => true,
+    }
+}
+
+/// The packed rows `w` as the kernels' `wh` argument and its element type: the same buffer read
+/// as f16 values when `native`, otherwise `w` itself, which the integer form never reads.
+fn half_view(w: &CubeTensor, native: bool) -> (CubeTensor, cubecl::ir::ElemType) {
+    use cubecl::ir::{ElemType, FloatKind, UIntKind};
+    if native {
+        let words = w.meta.shape().num_elements();
+        let view = CubeTensor::new_contiguous(
+            w.client.clone(),
+            w.device.clone(),
+            [2 * words].into(),
+            w.handle.clone(),
+            DType::F16,
+        );
+        (view, ElemType::Float(FloatKind::F16))
+    } else {
+        (w.clone(), ElemType::UInt(UIntKind::U32))
+    }
+}
+
 impl QuantOps for CubeBackend {
     fn qmatmul(
         x: CubeTensor,
@@ -258,6 +413,7 @@ impl QuantOps for CubeBackend {
         n: usize,
         k: usize,
         kernel: u32,
+        half: u32,
     ) -> CubeTensor {
         let (x, w) = (into_contiguous(x), into_contiguous(w));
         let m = x.meta.shape().num_elements() / k;
@@ -265,6 +421,8 @@ impl QuantOps for CubeBackend {
         let out = empty_device_dtype(client.clone(), x.device.clone(), [m, n].into(), DType::F32);
         let wpr = row_words(ggml(ty_id), k) as u32;
         let plane = plane_ops(client.properties());
+        let native = native_half(client.properties(), half);
+        let (wh, h_elem) = half_view(&w, native);
         // A software adapter (lavapipe, SwiftShader) runs invocations as SIMD lanes of CPU
         // threads, where the naive loop beats a workgroup reduction 2–3.5× (bench, Gemma 3 270M
         // on lavapipe); on a GPU one workgroup per row reads the weights coalesced instead.
@@ -296,6 +454,7 @@ impl QuantOps for CubeBackend {
                         cube_dim,
                         x.clone().into_tensor_arg(),
                         w.clone().into_tensor_arg(),
+                        wh.clone().into_tensor_arg(),
                         out.clone().into_tensor_arg(),
                         m as u32,
                         k as u32,
@@ -303,6 +462,8 @@ impl QuantOps for CubeBackend {
                         wpr,
                         t,
                         sub,
+                        native,
+                        h_elem,
                     )
                 };
                 by_type!(ty_id, launch);
@@ -318,12 +479,15 @@ impl QuantOps for CubeBackend {
                         cube_dim,
                         x.clone().into_tensor_arg(),
                         w.clone().into_tensor_arg(),
+                        wh.clone().into_tensor_arg(),
                         out.clone().into_tensor_arg(),
                         m as u32,
                         k as u32,
                         n as u32,
                         wpr,
                         t,
+                        native,
+                        h_elem,
                     )
                 };
                 by_type!(ty_id, launch);
@@ -339,11 +503,14 @@ impl QuantOps for CubeBackend {
                         cube_dim,
                         x.clone().into_tensor_arg(),
                         w.clone().into_tensor_arg(),
+                        wh.clone().into_tensor_arg(),
                         out.clone().into_tensor_arg(),
                         k as u32,
                         n as u32,
                         wpr,
                         t,
+                        native,
+                        h_elem,
                     )
                 };
                 by_type!(ty_id, launch);
@@ -359,10 +526,13 @@ impl QuantOps for CubeBackend {
         k: usize,
         row0: usize,
         rows: usize,
+        half: u32,
     ) -> CubeTensor {
         let (ids, w) = (into_contiguous(ids), into_contiguous(w));
         let t = ids.meta.shape().num_elements();
         let client = w.client.clone();
+        let native = native_half(client.properties(), half);
+        let (wh, h_elem) = half_view(&w, native);
         let out = empty_device_dtype(client.clone(), w.device.clone(), [t, k].into(), DType::F32);
         let count = t * k;
         let cube_dim = cubecl::CubeDim::new(&client, count);
@@ -375,12 +545,15 @@ impl QuantOps for CubeBackend {
                 cube_dim,
                 ids.clone().into_tensor_arg(),
                 w.clone().into_tensor_arg(),
+                wh.clone().into_tensor_arg(),
                 out.clone().into_tensor_arg(),
                 k as u32,
                 wpr,
                 row0 as u32,
                 rows as u32,
                 tyc,
+                native,
+                h_elem,
             )
         };
         by_type!(ty_id, launch);
@@ -495,6 +668,11 @@ impl QMatrix {
 
     /// [`QMatrix::matmul`] with a chosen device kernel (tests and the benchmark compare them).
     pub fn matmul_with(&self, x: Tensor<2>, kernel: Kernel) -> Tensor<2> {
+        self.matmul_variant(x, kernel, Half::Auto)
+    }
+
+    /// [`QMatrix::matmul`] with a chosen device kernel and f16 form.
+    pub fn matmul_variant(&self, x: Tensor<2>, kernel: Kernel, half: Half) -> Tensor<2> {
         let outs: Vec<Tensor<2>> = self
             .chunks
             .iter()
@@ -506,6 +684,7 @@ impl QMatrix {
                     c.rows,
                     self.cols,
                     kernel.id(),
+                    half.id(),
                 ))
             })
             .collect();
@@ -525,6 +704,11 @@ impl QMatrix {
     /// Rows `ids` dequantised, for ids that stay on the device (`[n]` u32, each `< rows`):
     /// every chunk looks up the ids it holds and the parts are added, so no id is read back.
     pub fn gather_device(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+        self.gather_with(ids, Half::Auto)
+    }
+
+    /// [`QMatrix::gather_device`] with a chosen f16 form.
+    pub fn gather_with(&self, ids: Tensor<1, Int>, half: Half) -> Tensor<2> {
         self.chunks
             .iter()
             .map(|c| {
@@ -535,6 +719,7 @@ impl QMatrix {
                     self.cols,
                     c.row0,
                     c.rows,
+                    half.id(),
                 ))
             })
             .reduce(|a, b| a + b)
