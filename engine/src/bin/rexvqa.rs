@@ -162,6 +162,10 @@ enum Command {
         /// Input row counts for the per-matrix kernel timings, comma-separated ("": none).
         #[arg(long, default_value = "1,256")]
         kernel_rows: String,
+        /// Only load the model and report the load time and memory (device memory after load):
+        /// for a model too large to run on a software adapter.
+        #[arg(long)]
+        load_only: bool,
         /// Write the JSON here too.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -592,6 +596,7 @@ fn run(cli: Cli) -> Result<(), String> {
             decode,
             official_max_tokens,
             kernel_rows,
+            load_only,
             out,
         } => {
             let kernel_rows = kernel_rows
@@ -606,6 +611,24 @@ fn run(cli: Cli) -> Result<(), String> {
             let t0 = Instant::now();
             let model = load_model(&m)?;
             let load_s = t0.elapsed().as_secs_f64();
+            if load_only {
+                let json = serde_json::json!({
+                    "engine": format!("rexvqa {}", env!("CARGO_PKG_VERSION")),
+                    "backend": format!("{:?}", m.backend).to_lowercase(),
+                    "model": m.model.display().to_string(),
+                    "mmproj": m.mmproj.as_ref().map(|p| p.display().to_string()),
+                    "load_s": load_s,
+                    "peak_rss_bytes": peak_rss(),
+                    "device_bytes_after_load": model.device().memory_pool_usage().map(|u| u.bytes_reserved),
+                    "adapter": device::adapter(model.device()),
+                });
+                let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+                println!("{text}");
+                if let Some(p) = out {
+                    write(&p, &text)?;
+                }
+                return Ok(());
+            }
             let opts = rexvqa_engine::bench::BenchOptions {
                 prefill_lengths: prefill,
                 decode_tokens: decode,
