@@ -119,3 +119,41 @@ fn the_kernel_survey_times_every_type_and_variant() {
     assert_eq!(t.len(), types * halves * ((1 + gemv) + 2));
     assert!(t.iter().all(|t| t.ms.is_finite() && t.ms > 0.0));
 }
+
+/// `rexvqa bench --load-only` reports the load and, on a GPU device, the device memory the
+/// weights took, without running the model; `rexvqa bench-kernels` refuses a shape whose rows
+/// are not whole blocks with a message naming the flags.
+#[test]
+fn the_cli_reports_load_only_and_checks_survey_shapes() {
+    let golden = common::golden_json_gz("tiny_tiny-q8_0.json.gz");
+    let (text, mmproj) = common::tiny_pair(&golden);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rexvqa"))
+        .args(["bench", "--load-only", "--backend", "wgpu", "--model"])
+        .arg(&text)
+        .arg("--mmproj")
+        .arg(&mmproj)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["load_s"].as_f64().unwrap() > 0.0);
+    let weights =
+        (std::fs::metadata(&text).unwrap().len() + std::fs::metadata(&mmproj).unwrap().len()) / 2;
+    // The packed weights of both files live on the device (at least half the files' bytes:
+    // the headers and vocabulary are the rest).
+    assert!(
+        r["device_bytes_after_load"].as_u64().unwrap() > weights,
+        "{r}"
+    );
+    assert!(r.get("results").is_none(), "nothing runs with --load-only");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_rexvqa"))
+        .args(["bench-kernels", "--backend", "cpu", "--cols", "100"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--cols 100"));
+}
