@@ -115,8 +115,15 @@ async fn sync_device(device: &burn::tensor::Device) -> Result<(), ModelError> {
 }
 
 /// Device memory reserved now (None on the CPU backend).
-fn device_bytes(model: &Model) -> Option<u64> {
+pub fn device_bytes(model: &Model) -> Option<u64> {
     model.device().memory_pool_usage().map(|u| u.bytes_reserved)
+}
+
+/// Whether the timings include `kernel` at `m` input rows: each kernel where it is the
+/// automatic choice, and the naive baseline (and the CPU's one path) at every size.
+fn timed_at(kernel: Kernel, m: usize) -> bool {
+    let gemv = matches!(kernel, Kernel::Gemv | Kernel::GemvSubgroup);
+    gemv == (m <= GEMV_MAX_M) || kernel == Kernel::Naive || kernel == Kernel::Auto
 }
 
 /// Times `q · x` for `m` random rows with `kernel` and `half`.
@@ -187,8 +194,7 @@ pub async fn kernel_survey(
         })?;
         for &m in ms {
             for kernel in Kernel::available(device) {
-                let gemv = matches!(kernel, Kernel::Gemv | Kernel::GemvSubgroup);
-                if gemv != (m <= GEMV_MAX_M) && kernel != Kernel::Naive && kernel != Kernel::Auto {
+                if !timed_at(kernel, m) {
                     continue;
                 }
                 for half in Half::available(device) {
@@ -329,9 +335,7 @@ pub async fn run(
                 continue;
             }
             for kernel in Kernel::available(model.device()) {
-                // Each kernel where it is the automatic choice, and the naive baseline at both.
-                let gemv = matches!(kernel, Kernel::Gemv | Kernel::GemvSubgroup);
-                if gemv != (m <= GEMV_MAX_M) && kernel != Kernel::Naive && kernel != Kernel::Auto {
+                if !timed_at(kernel, m) {
                     continue;
                 }
                 for half in Half::available(model.device()) {

@@ -53,7 +53,6 @@ pub struct Adapter {
 
 /// The adapter behind `device`; None for the CPU.
 pub fn adapter(device: &Device) -> Option<Adapter> {
-    use burn_cubecl::cubecl::ir::{ElemType, FloatKind};
     match device.as_dispatch() {
         burn::backend::DispatchDevice::Cube(d) => {
             let client = d.client();
@@ -62,7 +61,7 @@ pub fn adapter(device: &Device) -> Option<Adapter> {
                 name: props.identity.name.clone(),
                 software: props.identity.physical.is_none(),
                 subgroups: crate::quant::ops::subgroups(device) == Some(true),
-                shader_f16: props.supports_type(ElemType::Float(FloatKind::F16)),
+                shader_f16: crate::quant::ops::shader_f16(device) == Some(true),
                 native_half: crate::quant::ops::native_half_in_use(),
             })
         }

@@ -376,6 +376,16 @@ fn with_ext(out: &Path, ext: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Prints a report and writes it to `out` too when given.
+fn print_json(json: &serde_json::Value, out: Option<&Path>) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(json).map_err(|e| e.to_string())?;
+    println!("{text}");
+    match out {
+        Some(p) => write(p, &text),
+        None => Ok(()),
+    }
+}
+
 fn write(path: &Path, text: &str) -> Result<(), String> {
     // Write then rename, so an interrupted write never leaves half a file.
     let tmp = with_ext(path, ".tmp");
@@ -611,52 +621,40 @@ fn run(cli: Cli) -> Result<(), String> {
             let t0 = Instant::now();
             let model = load_model(&m)?;
             let load_s = t0.elapsed().as_secs_f64();
-            if load_only {
-                let json = serde_json::json!({
-                    "engine": format!("rexvqa {}", env!("CARGO_PKG_VERSION")),
-                    "backend": format!("{:?}", m.backend).to_lowercase(),
-                    "model": m.model.display().to_string(),
-                    "mmproj": m.mmproj.as_ref().map(|p| p.display().to_string()),
-                    "load_s": load_s,
-                    "peak_rss_bytes": peak_rss(),
-                    "device_bytes_after_load": model.device().memory_pool_usage().map(|u| u.bytes_reserved),
+            let figures = if load_only {
+                serde_json::json!({
+                    "device_bytes_after_load": rexvqa_engine::bench::device_bytes(&model),
                     "adapter": device::adapter(model.device()),
-                });
-                let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
-                println!("{text}");
-                if let Some(p) = out {
-                    write(&p, &text)?;
-                }
-                return Ok(());
-            }
-            let opts = rexvqa_engine::bench::BenchOptions {
-                prefill_lengths: prefill,
-                decode_tokens: decode,
-                questions: 4,
-                official_max_tokens,
-                kernel_rows,
-                kernel_reps: 3,
+                })
+            } else {
+                let opts = rexvqa_engine::bench::BenchOptions {
+                    prefill_lengths: prefill,
+                    decode_tokens: decode,
+                    questions: 4,
+                    official_max_tokens,
+                    kernel_rows,
+                    kernel_reps: 3,
+                };
+                let r = pollster::block_on(rexvqa_engine::bench::run(
+                    &model,
+                    &opts,
+                    &Wall(Instant::now()),
+                ))
+                .map_err(|e| e.to_string())?;
+                serde_json::json!({ "results": r })
             };
-            let r = pollster::block_on(rexvqa_engine::bench::run(
-                &model,
-                &opts,
-                &Wall(Instant::now()),
-            ))
-            .map_err(|e| e.to_string())?;
-            let json = serde_json::json!({
+            let mut json = serde_json::json!({
                 "engine": format!("rexvqa {}", env!("CARGO_PKG_VERSION")),
                 "backend": format!("{:?}", m.backend).to_lowercase(),
                 "model": m.model.display().to_string(),
                 "mmproj": m.mmproj.as_ref().map(|p| p.display().to_string()),
                 "load_s": load_s,
                 "peak_rss_bytes": peak_rss(),
-                "results": r,
             });
-            let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
-            println!("{text}");
-            if let Some(p) = out {
-                write(&p, &text)?;
+            if let (Some(all), serde_json::Value::Object(more)) = (json.as_object_mut(), figures) {
+                all.extend(more);
             }
+            print_json(&json, out.as_deref())?;
         }
         Command::BenchKernels {
             backend,
@@ -701,11 +699,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 "cols": cols,
                 "kernels": timings,
             });
-            let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
-            println!("{text}");
-            if let Some(p) = out {
-                write(&p, &text)?;
-            }
+            print_json(&json, out.as_deref())?;
         }
         Command::SynthModel {
             out,

@@ -489,22 +489,13 @@ mod tests {
                     outs.push(o);
                 }
                 for out in &outs {
-                    for i in 0..m {
-                        for r in 0..n {
-                            let (mut exact, mut abs) = (0f64, 0f64);
-                            for j in 0..k {
-                                let p = f64::from(xs[i * k + j]) * f64::from(w[r * k + j]);
-                                exact += p;
-                                abs += p.abs();
-                            }
-                            let bound = crate::quant::conformance::bound(k, abs);
-                            let got = f64::from(out[i * n + r]);
-                            assert!(
-                                (got - exact).abs() <= bound,
-                                "{ty} m={m} row {r}: {got} vs {exact} (bound {bound:e})"
-                            );
-                        }
-                    }
+                    let (ratio, i, r, exact) =
+                        crate::quant::conformance::worst_error(&xs, &w, out, m, n, k);
+                    assert!(
+                        ratio <= 1.0,
+                        "{ty} m={m} out[{i},{r}]: {} vs {exact} ({ratio:.2}× the bound)",
+                        out[i * n + r]
+                    );
                 }
             }
         }

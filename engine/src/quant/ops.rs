@@ -141,15 +141,15 @@ impl Half {
 
 /// Whether a GPU device's adapter has 16-bit floats in shaders; `None` for the CPU.
 pub fn shader_f16(device: &Device) -> Option<bool> {
-    use cubecl::ir::{ElemType, FloatKind};
     match device.as_dispatch() {
-        burn::backend::DispatchDevice::Cube(d) => Some(
-            d.client()
-                .properties()
-                .supports_type(ElemType::Float(FloatKind::F16)),
-        ),
+        burn::backend::DispatchDevice::Cube(d) => Some(f16_type(d.client().properties())),
         _ => None,
     }
+}
+
+/// Whether CubeCL offers the f16 type on a device with these properties.
+fn f16_type(props: &cubecl::ir::DeviceProperties) -> bool {
+    props.supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16))
 }
 
 /// Set once [`probe_native_half`] has checked the (one per process) GPU device: whether
@@ -375,7 +375,7 @@ macro_rules! by_type {
 
 /// Whether a kernel on a device with `props` widens f16 natively for the [`Half`] with id `half`.
 fn native_half(props: &cubecl::ir::DeviceProperties, half: u32) -> bool {
-    let f16 = props.supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16));
+    let f16 = f16_type(props);
     match Half::from_id(half) {
         Half::Auto => f16 && native_half_in_use(),
         Half::Integer => false,
