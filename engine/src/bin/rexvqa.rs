@@ -387,8 +387,9 @@ fn print_json(json: &serde_json::Value, out: Option<&Path>) -> Result<(), String
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
-    // Write then rename, so an interrupted write never leaves half a file.
-    let tmp = with_ext(path, ".tmp");
+    // Write then rename, so an interrupted write never leaves half a file; the temporary name is
+    // the writer's own, so two runs writing the same output never rename each other's file.
+    let tmp = with_ext(path, &format!(".tmp{}", std::process::id()));
     std::fs::write(&tmp, text).map_err(|e| err(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| err(path, e))
 }
@@ -901,7 +902,7 @@ fn unpack(out: &Path, split: Option<&Path>, parts: &[PathBuf]) -> Result<(), Str
                 return true;
             }
             // Write then rename, so a crash never leaves a short PNG that would be "kept".
-            let tmp = path.with_extension("png.part");
+            let tmp = path.with_extension(format!("png.part{}", std::process::id()));
             let r = path
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)

@@ -67,24 +67,37 @@ fn sha256_file(p: &std::path::Path) -> String {
 /// A generated model fixture (`tests/fixtures/models/NAME.gz`) decompressed into the cache,
 /// checked against the SHA-256 its golden file recorded.
 pub fn model_fixture(name: &str, sha256: &str) -> PathBuf {
-    let dir = cache_dir().join("fixtures");
-    std::fs::create_dir_all(&dir).expect("cache dir");
+    model_fixture_in(&cache_dir().join("fixtures"), name, sha256)
+}
+
+/// `model_fixture` into `dir`. Safe when threads of one test binary and other processes ask
+/// for the same fixture at once on a cold cache: each writer decompresses into a name of its
+/// own, checks it, and renames it into place (the commit point; an identical file may replace
+/// another's). A complete file already there is accepted as it is.
+pub fn model_fixture_in(dir: &std::path::Path, name: &str, sha256: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static WRITERS: AtomicU64 = AtomicU64::new(0);
+    std::fs::create_dir_all(dir).expect("cache dir");
     let out = dir.join(name);
-    if !out.exists() || sha256_file(&out) != sha256 {
-        let src = repo_root()
-            .join("tests/fixtures/models")
-            .join(format!("{name}.gz"));
-        let f = std::fs::File::open(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
-        let tmp = dir.join(format!("{name}.tmp{}", std::process::id()));
-        let mut w = std::fs::File::create(&tmp).expect("writable cache");
-        std::io::copy(&mut flate2::read::GzDecoder::new(f), &mut w).expect("decompress fixture");
-        std::fs::rename(&tmp, &out).expect("rename");
-        assert_eq!(
-            sha256_file(&out),
-            sha256,
-            "{name}: fixture does not match its golden data"
-        );
+    if out.exists() && sha256_file(&out) == sha256 {
+        return out;
     }
+    let src = repo_root()
+        .join("tests/fixtures/models")
+        .join(format!("{name}.gz"));
+    let f = std::fs::File::open(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    let writer = WRITERS.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!("{name}.tmp{}-{writer}", std::process::id()));
+    let mut w = std::fs::File::create(&tmp).expect("writable cache");
+    std::io::copy(&mut flate2::read::GzDecoder::new(f), &mut w).expect("decompress fixture");
+    drop(w);
+    let got = sha256_file(&tmp);
+    if got != sha256 {
+        let _ = std::fs::remove_file(&tmp);
+        panic!("{name}: fixture does not match its golden data (sha256 {got}, expected {sha256})");
+    }
+    std::fs::rename(&tmp, &out)
+        .unwrap_or_else(|e| panic!("{}: rename into place: {e}", out.display()));
     out
 }
 
