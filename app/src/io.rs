@@ -316,3 +316,13 @@ impl std::io::Read for BlobChain {
         Ok(0)
     }
 }
+
+/// Asks the browser to keep this origin's storage under disk pressure
+/// (`navigator.storage.persist()`, a window-only call) so that copied models are not evicted;
+/// a refusal changes nothing else, so the answer is not awaited.
+pub fn request_persistent_storage() {
+    let storage = get(&get(&js_sys::global(), "navigator"), "storage");
+    wasm_bindgen_futures::spawn_local(async move {
+        let _ = call_async(&storage, "persist", &[]).await;
+    });
+}

@@ -507,6 +507,13 @@ pub enum Event {
     },
     /// A model is ready.
     ModelLoaded(ModelCard),
+    /// The worker's WebAssembly memory after a request: it never shrinks, so this is its peak.
+    Memory {
+        /// `WebAssembly.Memory` buffer size in bytes.
+        wasm_bytes: f64,
+        /// Device memory the loaded model's pool holds (weights, caches, activations), if any.
+        device_bytes: Option<f64>,
+    },
     /// The dataset was opened.
     Dataset(DatasetSummary),
     /// A page of questions.

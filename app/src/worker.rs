@@ -12,7 +12,7 @@ use rexvqa_engine::gguf::{Gguf, RangeSource};
 use rexvqa_engine::image;
 use rexvqa_engine::rexvqa::{Record, Scope, Split, prompt, resolve_image_path};
 use rexvqa_engine::score;
-use rexvqa_engine::session::{LoadOptions, Model, Session};
+use rexvqa_engine::session::{LoadOptions, Model, Session, StudyCache};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use web_sys::{DedicatedWorkerGlobalScope, File, MessageEvent};
@@ -78,6 +78,9 @@ struct State {
     /// The last probe: adapter name and whether it is a software rasteriser; None if WebGPU
     /// is unusable.
     adapter: Option<Option<(String, bool)>>,
+    /// The last asked study (split and study key) and what its questions share: a second
+    /// question reuses the first's image features and prompt prefix instead of encoding again.
+    study: Option<(String, StudyCache)>,
 }
 
 thread_local! {
@@ -118,6 +121,33 @@ impl Clock for PerfClock {
     fn now_ms(&self) -> f64 {
         now_ms()
     }
+}
+
+/// The cache of the study `key` if it was the last one asked about, else an empty one.
+fn take_study(key: &str) -> StudyCache {
+    STATE.with(|s| match s.borrow_mut().study.take() {
+        Some((k, c)) if k == key => c,
+        _ => StudyCache::default(),
+    })
+}
+
+/// Keeps `session`'s cache as the study `key`'s for the next question.
+fn keep_study(key: String, session: Session<'_>) {
+    let cache = session.into_cache();
+    STATE.with(|s| s.borrow_mut().study = Some((key, cache)));
+}
+
+fn study_key(split_name: &str, r: &rexvqa_engine::rexvqa::Record) -> String {
+    format!("{split_name}\u{0}{}", r.study_key())
+}
+
+/// The worker's WebAssembly memory in bytes; it never shrinks, so this is also its peak.
+fn wasm_heap_bytes() -> Option<f64> {
+    wasm_bindgen::memory()
+        .dyn_into::<js_sys::WebAssembly::Memory>()
+        .ok()
+        .and_then(|m| m.buffer().dyn_into::<js_sys::ArrayBuffer>().ok())
+        .map(|b| f64::from(b.byte_length()))
 }
 
 fn model() -> Result<Rc<Model>, String> {
@@ -232,23 +262,54 @@ async fn list_cache() -> Result<Event, String> {
         });
     }
     let runs = list_runs().await.unwrap_or_default();
-    let storage = Reflect::get(
-        &Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default(),
-        &"storage".into(),
-    )
-    .unwrap_or_default();
-    let usage = match io::call_async(&storage, "estimate", &[]).await {
-        Ok(est) => {
-            let g = |k: &str| Reflect::get(&est, &k.into()).ok().and_then(|v| v.as_f64());
-            g("usage").zip(g("quota"))
-        }
-        Err(_) => None,
-    };
+    let usage = storage_estimate().await;
     Ok(Event::Cache {
         models,
         runs,
         usage,
     })
+}
+
+/// The origin's storage usage and quota in bytes (`navigator.storage.estimate()`), if given.
+async fn storage_estimate() -> Option<(f64, f64)> {
+    let storage = Reflect::get(
+        &Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default(),
+        &"storage".into(),
+    )
+    .unwrap_or_default();
+    let est = io::call_async(&storage, "estimate", &[]).await.ok()?;
+    let g = |k: &str| Reflect::get(&est, &k.into()).ok().and_then(|v| v.as_f64());
+    g("usage").zip(g("quota"))
+}
+
+/// Bytes of `file` already stored as `name` by an earlier, interrupted copy of the same file.
+async fn copied_before(dir: &Dir, name: &str, file: &File) -> u64 {
+    let prev: Option<FileMeta> = match dir.read_text(&format!("{name}.meta.json")).await {
+        Ok(t) => serde_json::from_str(&t).ok(),
+        Err(_) => None,
+    };
+    let same = prev.is_some_and(|p| {
+        p.source == format!("{}|{}", file.name(), file.last_modified())
+            && p.expected == file.size() as u64
+    });
+    match dir.blob(name).await {
+        Ok(b) if same => (b.size() as u64).min(file.size() as u64),
+        _ => 0,
+    }
+}
+
+/// Refuses, before any byte is written, a copy of `files` (as the names they get) that does not
+/// fit in the origin's quota.
+async fn check_room(dir: &Dir, files: &[(String, &File)]) -> Result<(), String> {
+    let mut need = 0;
+    for (name, f) in files {
+        need += (f.size() as u64).saturating_sub(copied_before(dir, name, f).await);
+    }
+    let Some((usage, quota)) = storage_estimate().await else {
+        return Ok(());
+    };
+    rexvqa_engine::storage::check_room("the model files", need, usage as u64, quota as u64)
+        .map_err(|e| e.to_string())
 }
 
 /// Checks a header before anything is copied: the right architecture and a matching pair.
@@ -291,18 +352,14 @@ async fn store_file(dir: &Dir, name: &str, file: &File, arch: &str) -> Result<()
         source: format!("{}|{}", file.name(), file.last_modified()),
         sha256: None,
     };
-    let prev: Option<FileMeta> = match dir.read_text(&format!("{name}.meta.json")).await {
-        Ok(t) => serde_json::from_str(&t).ok(),
-        Err(_) => None,
-    };
-    let resume = prev.is_some_and(|p| p.source == meta.source && p.expected == total);
+    let mut done = copied_before(dir, name, file).await;
     dir.write_text(
         &format!("{name}.meta.json"),
         &serde_json::to_string(&meta).map_err(|e| e.to_string())?,
     )
     .await?;
     let out = dir.open_sync(name, true).await?;
-    let mut done = if resume { out.size()?.min(total) } else { 0 };
+    done = done.min(out.size()?);
     out.truncate(done)?;
     let t0 = now_ms();
     let start = done;
@@ -465,7 +522,11 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
     }
     let (device, compute) = choose_device().await?;
     // Drop a previous model first so its GPU memory is freed before the new one loads.
-    STATE.with(|s| s.borrow_mut().model = None);
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        s.model = None;
+        s.study = None;
+    });
     let t0 = now_ms();
     let mut last = 0.0;
     let mut progress = |p: &rexvqa_engine::model::load::Progress| {
@@ -551,12 +612,7 @@ async fn bench(
     let r = rexvqa_engine::bench::run(&model, &opts, &PerfClock)
         .await
         .map_err(|e| e.to_string())?;
-    // Wasm memory never shrinks, so its size now is the peak heap.
-    let heap = wasm_bindgen::memory()
-        .dyn_into::<js_sys::WebAssembly::Memory>()
-        .ok()
-        .and_then(|m| m.buffer().dyn_into::<js_sys::ArrayBuffer>().ok())
-        .map(|b| b.byte_length());
+    let heap = wasm_heap_bytes();
     let (name, sha256, adapter, compute, backend) = STATE.with(|st| {
         let st = st.borrow();
         (
@@ -755,6 +811,7 @@ async fn index_folder(pairs: Vec<(String, File)>) -> Result<DatasetSummary, Stri
         let mut s = s.borrow_mut();
         s.files = Rc::new(map);
         s.splits = splits;
+        s.study = None;
         s.summary = summary;
     });
     Ok(dataset_summary())
@@ -869,7 +926,8 @@ async fn ask(split_name: &str, id: &str, settings: Settings) -> Result<(), Strin
     let r = s
         .get(id)
         .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
-    let mut session = Session::new(&model);
+    let study = study_key(split_name, r);
+    let mut session = Session::with_cache(&model, take_study(&study));
     let mut last = 0.0;
     let key = id.to_string();
     let a = eval::answer(
@@ -891,6 +949,7 @@ async fn ask(split_name: &str, id: &str, settings: Settings) -> Result<(), Strin
     )
     .await
     .map_err(|e| e.to_string())?;
+    keep_study(study, session);
     if let Some(p) = &a.probs {
         post(&Event::AskScores {
             id: id.into(),
@@ -919,15 +978,16 @@ async fn ask_free(
     let r = s
         .get(id)
         .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
-    let store = FileStore::current();
-    let mut session = Session::new(&model);
-    let mut feats = Vec::new();
-    for path in eval::image_paths(r, &settings) {
-        let png = store.read(&path).await?;
-        let px = model
-            .preprocess_png(&png, settings.policy)
-            .map_err(|e| e.to_string())?;
-        feats.push(session.add_image(&path, &px).map_err(|e| e.to_string())?);
+    let study = study_key(split_name, r);
+    let mut session = Session::with_cache(&model, take_study(&study));
+    let (feats, missing) = eval::features(&mut session, r, &settings, &FileStore::current())
+        .await
+        .map_err(|e| e.to_string())?;
+    if !missing.is_empty() {
+        return Err(format!(
+            "cannot read the study's images: {}",
+            missing.join("; ")
+        ));
     }
     let ids = model
         .tokenize_rendered(
@@ -950,6 +1010,7 @@ async fn ask_free(
         })
         .await
         .map_err(|e| e.to_string())?;
+    keep_study(study, session);
     let text = model.tokenizer.decode(&out, true);
     post(&Event::AskText {
         id: "free".into(),
@@ -1241,15 +1302,15 @@ async fn handle(req: Request, attached: Vec<File>) {
                 .await?;
                 let dir = models_dir().await?;
                 let tname = safe_name(&text.name());
+                let mname = mmproj.map(|m| safe_name(&m.name()));
+                let copies: Vec<(String, &File)> = std::iter::once((tname.clone(), text))
+                    .chain(mname.clone().zip(mmproj))
+                    .collect();
+                check_room(&dir, &copies).await?;
                 store_file(&dir, &tname, text, &t_arch).await?;
-                let mname = match mmproj {
-                    Some(m) => {
-                        let n = safe_name(&m.name());
-                        store_file(&dir, &n, m, &m_arch).await?;
-                        Some(n)
-                    }
-                    None => None,
-                };
+                if let (Some(n), Some(m)) = (&mname, mmproj) {
+                    store_file(&dir, n, m, &m_arch).await?;
+                }
                 post(&list_cache().await?);
                 post(&Event::ModelLoaded(
                     load_stored(&tname, mname.as_deref()).await?,
@@ -1472,6 +1533,16 @@ async fn handle(req: Request, attached: Vec<File>) {
     .await;
     if let Err(e) = result {
         fail(&context, e);
+    }
+    if let Some(wasm_bytes) = wasm_heap_bytes() {
+        let model = STATE.with(|s| s.borrow().model.clone());
+        let device_bytes = model
+            .and_then(|m| rexvqa_engine::bench::device_bytes(&m))
+            .map(|b| b as f64);
+        post(&Event::Memory {
+            wasm_bytes,
+            device_bytes,
+        });
     }
 }
 

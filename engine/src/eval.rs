@@ -210,7 +210,7 @@ fn fill_scores(a: &mut Answer, sc: OptionScores) {
 
 /// The encoded images of `r` (from the session's cache where possible) and the problems with
 /// those that could not be read or decoded.
-async fn features(
+pub async fn features(
     session: &mut Session<'_>,
     r: &Record,
     s: &Settings,

@@ -15,4 +15,5 @@ pub mod rexvqa;
 pub mod rng;
 pub mod score;
 pub mod session;
+pub mod storage;
 pub mod tokenizer;

@@ -233,12 +233,27 @@ impl Model {
     }
 }
 
+/// What a [`Session`] keeps between the questions of one study: the encoded image features and
+/// the KV state of the last prompt. Kept apart from the session so that a caller answering one
+/// question per request (the browser worker) can hold it between requests.
+#[derive(Default)]
+pub struct StudyCache {
+    images: HashMap<String, Tensor<2>>,
+    last: Option<(Vec<u32>, KvCache)>,
+}
+
+impl StudyCache {
+    /// Image features cached.
+    pub fn images(&self) -> usize {
+        self.images.len()
+    }
+}
+
 /// A conversation state for one study: cached image features and the KV state of the last
 /// prompt, whose longest common prefix with the next prompt is reused.
 pub struct Session<'m> {
     model: &'m Model,
-    images: HashMap<String, Tensor<2>>,
-    last: Option<(Vec<u32>, KvCache)>,
+    cache: StudyCache,
     /// Prompt tokens actually computed by the last call (the rest came from the cache).
     pub last_computed: usize,
 }
@@ -246,29 +261,37 @@ pub struct Session<'m> {
 impl<'m> Session<'m> {
     /// A session without cached state.
     pub fn new(model: &'m Model) -> Self {
+        Self::with_cache(model, StudyCache::default())
+    }
+
+    /// A session that goes on from `cache` (which must come from a session of the same model).
+    pub fn with_cache(model: &'m Model, cache: StudyCache) -> Self {
         Session {
             model,
-            images: HashMap::new(),
-            last: None,
+            cache,
             last_computed: 0,
         }
     }
 
+    /// The cached state, for a later [`Session::with_cache`].
+    pub fn into_cache(self) -> StudyCache {
+        self.cache
+    }
+
     /// Forgets everything (call when moving to another study).
     pub fn clear(&mut self) {
-        self.images.clear();
-        self.last = None;
+        self.cache = StudyCache::default();
     }
 
     /// Cached image features for `key` (an image path and policy), if encoded already.
     pub fn cached_image(&self, key: &str) -> Option<Tensor<2>> {
-        self.images.get(key).cloned()
+        self.cache.images.get(key).cloned()
     }
 
     /// Encodes a preprocessed image and caches its features under `key`.
     pub fn add_image(&mut self, key: &str, pixels: &[f32]) -> Result<Tensor<2>, ModelError> {
         let feats = self.model.encode_image(pixels)?;
-        self.images.insert(key.to_string(), feats.clone());
+        self.cache.images.insert(key.to_string(), feats.clone());
         Ok(feats)
     }
 
@@ -284,7 +307,7 @@ impl<'m> Session<'m> {
         ids: &[u32],
         images: &[Tensor<2>],
     ) -> Result<(Tensor<2>, KvCache), ModelError> {
-        let (mut cache, start) = match &self.last {
+        let (mut cache, start) = match &self.cache.last {
             Some((prev, cache)) => {
                 let mut lcp = prev
                     .iter()
@@ -310,7 +333,7 @@ impl<'m> Session<'m> {
         self.last_computed = rest.len();
         let t = rest.len();
         let last = h.slice([t - 1..t, 0..self.model.decoder.cfg.hidden]);
-        self.last = Some((ids.to_vec(), cache.clone()));
+        self.cache.last = Some((ids.to_vec(), cache.clone()));
         Ok((last, cache))
     }
 

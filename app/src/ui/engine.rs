@@ -92,6 +92,9 @@ pub struct Engine {
     worker: StoredValue<Option<Worker>, LocalStorage>,
     /// GPU state.
     pub gpu: RwSignal<GpuState>,
+    /// The worker's wasm memory in bytes (its peak: it never shrinks) and the device memory the
+    /// model's pool holds.
+    pub memory: RwSignal<Option<(f64, Option<f64>)>>,
     /// Stored models, runs, and storage usage.
     pub cache: RwSignal<CacheState>,
     /// Where models run (kept in localStorage).
@@ -168,6 +171,7 @@ impl Engine {
             cache: RwSignal::new((Vec::new(), Vec::new(), None)),
             progress: RwSignal::new(None),
             model: RwSignal::new(None),
+            memory: RwSignal::new(None),
             dataset: RwSignal::new(None),
             unpack: RwSignal::new(None),
             calibration: RwSignal::new(None),
@@ -322,6 +326,10 @@ impl Engine {
                 total,
                 rate: 0.0,
             })),
+            Event::Memory {
+                wasm_bytes,
+                device_bytes,
+            } => self.memory.set(Some((wasm_bytes, device_bytes))),
             Event::ModelLoaded(card) => {
                 self.progress.set(None);
                 self.model.set(Some(card));
@@ -435,18 +443,7 @@ impl Engine {
 
 /// Human-readable bytes.
 pub fn bytes(n: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
-    let mut v = n;
-    let mut u = 0;
-    while v >= 1000.0 && u < UNITS.len() - 1 {
-        v /= 1000.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    rexvqa_engine::storage::human_bytes(n)
 }
 
 /// Human-readable duration.

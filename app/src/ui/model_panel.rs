@@ -48,6 +48,7 @@ pub fn ModelPanel() -> impl IntoView {
         };
         let mut files = vec![t];
         files.extend(mmproj.get_untracked());
+        crate::io::request_persistent_storage();
         engine.send_with(&Request::ImportModel, &files);
     };
     let stored = move || engine.cache.get().0;
@@ -148,6 +149,13 @@ pub fn ModelPanel() -> impl IntoView {
                         <dt>"Vision"</dt><dd>{if c.vision { "yes" } else { "no (text only)" }}</dd>
                         <dt>"Runs on"</dt><dd data-testid="model-compute">{c.compute.clone()}</dd>
                         <dt>"Load time"</dt><dd>{format!("{:.1} s", c.load_s)}</dd>
+                        <dt>"Memory"</dt><dd data-testid="memory"
+                            data-wasm-bytes=move || engine.memory.get().map(|m| m.0.to_string())
+                            data-device-bytes=move || engine.memory.get().and_then(|m| m.1).map(|d| d.to_string())>{move || engine.memory.get().map_or_else(String::new, |(wasm, dev)| format!(
+                            "worker {} (WebAssembly peak, at most 4.3 GB){}",
+                            bytes(wasm),
+                            dev.map(|d| format!("; device pool {}", bytes(d))).unwrap_or_default()
+                        ))}</dd>
                         {c.sha256.iter().map(|(k, v)| view! { <dt>{k.clone()}</dt><dd class="hash" data-testid="model-sha256">{v.clone()}</dd> }).collect_view()}
                     </dl>
                 </div>

@@ -1,0 +1,85 @@
+//! Room checks before copying into bounded storage (a browser origin's quota): a copy that cannot
+//! fit is refused before its first byte, with the numbers a user needs to make room.
+
+/// Bytes in decimal units, as storage quotas and file managers show them ("3.3 GB").
+pub fn human_bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n;
+    let mut u = 0;
+    while v >= 1000.0 && u < UNITS.len() - 1 {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A copy of `need` more bytes refused for want of room under the quota.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "not enough browser storage for {what}: it needs {} more, and this site may use {} of which {} \
+     is taken ({} free). Delete stored models or runs on this page, or free disk space, then try \
+     again: the copy resumes where it stopped.",
+    human_bytes(*need as f64),
+    human_bytes(*quota as f64),
+    human_bytes(*usage as f64),
+    human_bytes(quota.saturating_sub(*usage) as f64)
+)]
+pub struct NoRoom {
+    /// What was to be copied, in words.
+    pub what: String,
+    /// Bytes still to write.
+    pub need: u64,
+    /// Bytes the origin uses now.
+    pub usage: u64,
+    /// Bytes the origin may use.
+    pub quota: u64,
+}
+
+/// Checks that `need` more bytes fit under `quota` with `usage` taken.
+pub fn check_room(what: &str, need: u64, usage: u64, quota: u64) -> Result<(), NoRoom> {
+    if usage.saturating_add(need) <= quota {
+        return Ok(());
+    }
+    Err(NoRoom {
+        what: what.to_string(),
+        need,
+        usage,
+        quota,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_that_fits_passes_and_one_that_does_not_names_the_numbers() {
+        assert!(check_room("x", 100, 900, 1000).is_ok());
+        let e = check_room(
+            "the model files",
+            3_340_000_000,
+            1_000_000_000,
+            4_000_000_000,
+        )
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("needs 3.3 GB more"), "{msg}");
+        assert!(
+            msg.contains("may use 4.0 GB of which 1.0 GB is taken (3.0 GB free)"),
+            "{msg}"
+        );
+        // Usage above the quota (possible after a quota shrinks) reports no free room, not a wrap.
+        let e = check_room("y", 1, 5, 4).unwrap_err();
+        assert!(e.to_string().contains("(0 B free)"), "{e}");
+    }
+
+    #[test]
+    fn bytes_read_as_people_write_them() {
+        assert_eq!(human_bytes(999.0), "999 B");
+        assert_eq!(human_bytes(2_490_000_000.0), "2.5 GB");
+    }
+}
