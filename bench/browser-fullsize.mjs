@@ -6,7 +6,7 @@
 //
 //   node bench/browser-fullsize.mjs --model M.gguf --mmproj MM.gguf --data REXVQA_DIR \
 //     [--compute webgpu|cpu|auto] [--cli BIN --cli-backends cpu,wgpu] [--machine NAME] \
-//     [--dist dist] [--out FILE.json]
+//     [--dist dist] [--out FILE.json] [--load-only]
 //
 // Figures: import_mb_per_s (copy into OPFS), sha256_s, load_s (the model card's), first_answer_s
 // and second_answer_s (click to answer), wasm_heap_peak_bytes (the worker's WebAssembly memory,
@@ -26,7 +26,7 @@ const { values: a } = parseArgs({
     compute: { type: 'string', default: 'webgpu' }, cli: { type: 'string' },
     'cli-backends': { type: 'string', default: 'cpu' }, machine: { type: 'string', default: 'unnamed' },
     dist: { type: 'string', default: 'dist' }, out: { type: 'string' },
-    'timeout-min': { type: 'string', default: '120' },
+    'timeout-min': { type: 'string', default: '120' }, 'load-only': { type: 'boolean', default: false },
   },
 });
 for (const k of ['model', 'mmproj', 'data']) if (!a[k]) throw new Error(`--${k} is required`);
@@ -138,16 +138,18 @@ try {
   result.load_s = Number(card.match(/Load time([\d.]+) s/)?.[1]);
   console.log(`imported at ${result.import_mb_per_s.toFixed(0)} MB/s, loaded in ${result.load_s} s on ${result.runs_on}`);
 
-  await page.getByTestId('tab-data').click();
-  await page.getByTestId('dataset-folder-input').setInputFiles(a.data);
-  await page.getByTestId('dataset-summary').waitFor({ timeout: 600_000 });
-  await page.getByTestId('tab-study').click();
-  const first = await ask(page, q1);
-  const second = await ask(page, q2);
-  result.first_answer_s = first.seconds;
-  result.second_answer_s = second.seconds;
-  result.browser = [first, second];
-  await page.getByTestId('tab-model').click();
+  if (!a['load-only']) {
+    await page.getByTestId('tab-data').click();
+    await page.getByTestId('dataset-folder-input').setInputFiles(a.data);
+    await page.getByTestId('dataset-summary').waitFor({ timeout: 600_000 });
+    await page.getByTestId('tab-study').click();
+    const first = await ask(page, q1);
+    const second = await ask(page, q2);
+    result.first_answer_s = first.seconds;
+    result.second_answer_s = second.seconds;
+    result.browser = [first, second];
+    await page.getByTestId('tab-model').click();
+  }
   const mem = page.getByTestId('memory');
   result.memory_text = (await mem.textContent()).trim();
   const attr = async (k) => { const v = await mem.getAttribute(k); return v === null ? null : Number(v); };
@@ -161,7 +163,7 @@ try {
   await context.close();
   await server.close();
 }
-if (a.cli) {
+if (a.cli && !a['load-only']) {
   result.native = cliAnswers([q1, q2]);
   result.max_prob_diff_vs_native = Math.max(...Object.values(result.native).flatMap((rows) => rows.flatMap((r, i) => {
     if (r.letter !== result.browser[i].letter) throw new Error(`${r.id}: browser ${result.browser[i].letter}, native ${r.letter}`);

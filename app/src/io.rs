@@ -16,14 +16,43 @@ fn get(obj: &JsValue, key: &str) -> JsValue {
 
 /// Calls `obj.method(args...)`.
 pub fn call(obj: &JsValue, method: &str, args: &[JsValue]) -> Result<JsValue, String> {
+    call_raw(obj, method, args).map_err(|e| describe(&e))
+}
+
+/// [`call`] with the thrown value itself as the error.
+fn call_raw(obj: &JsValue, method: &str, args: &[JsValue]) -> Result<JsValue, JsValue> {
     let f: js_sys::Function = get(obj, method)
         .dyn_into()
-        .map_err(|_| format!("{method} is not available in this browser"))?;
+        .map_err(|_| JsValue::from_str(&format!("{method} is not available in this browser")))?;
     let arr = js_sys::Array::new();
     for a in args {
         arr.push(a);
     }
-    f.apply(obj, &arr).map_err(|e| describe(&e))
+    f.apply(obj, &arr)
+}
+
+/// A failed write to browser storage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteError {
+    /// The origin's quota (or the disk) is full: `QuotaExceededError`, or a short write.
+    NoSpace,
+    /// Anything else, described.
+    Other(String),
+}
+
+impl From<WriteError> for String {
+    fn from(e: WriteError) -> String {
+        match e {
+            WriteError::NoSpace => "browser storage is full (the write was refused)".into(),
+            WriteError::Other(s) => s,
+        }
+    }
+}
+
+impl From<String> for WriteError {
+    fn from(s: String) -> WriteError {
+        WriteError::Other(s)
+    }
 }
 
 /// Awaits `obj.method(args...)` when it returns a promise.
@@ -76,6 +105,40 @@ impl RangeSource for BlobSource {
             .slice_with_f64_and_f64(offset as f64, end as f64)
             .map_err(|e| SourceError::Other(describe(&e)))?;
         read_blob(&part).await.map_err(SourceError::Other)
+    }
+}
+
+/// A stored (OPFS) file read through its synchronous access handle, for model loads: the bytes
+/// go from the file into wasm memory without a JS copy. The handle locks the file until dropped.
+pub struct OpfsSource {
+    file: SyncFile,
+    size: u64,
+}
+
+impl OpfsSource {
+    /// Opens `name` in `dir` for reading.
+    pub async fn open(dir: &Dir, name: &str) -> Result<Self, String> {
+        let file = dir.open_sync(name, false).await?;
+        let size = file.size()?;
+        Ok(OpfsSource { file, size })
+    }
+}
+
+impl RangeSource for OpfsSource {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    async fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>, SourceError> {
+        let end = offset + len as u64;
+        if end > self.size {
+            return Err(SourceError::OutOfRange {
+                offset,
+                end,
+                size: self.size,
+            });
+        }
+        self.file.read_at(offset, len).map_err(SourceError::Other)
     }
 }
 
@@ -197,22 +260,50 @@ impl SyncFile {
     }
 
     /// Writes `bytes` at `offset`.
-    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<(), String> {
+    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<(), WriteError> {
         let arr = Uint8Array::from(bytes);
-        let n = call(&self.0, "write", &[arr.into(), Self::at(offset)])?
+        let n = call_raw(&self.0, "write", &[arr.into(), Self::at(offset)])
+            .map_err(|e| {
+                if get(&e, "name").as_string().as_deref() == Some("QuotaExceededError") {
+                    WriteError::NoSpace
+                } else {
+                    WriteError::Other(describe(&e))
+                }
+            })?
             .as_f64()
             .unwrap_or(0.0) as usize;
+        // A short write is the other way a full origin shows.
         if n != bytes.len() {
-            return Err(format!(
-                "storage is full: wrote {n} of {} bytes",
-                bytes.len()
-            ));
+            return Err(WriteError::NoSpace);
         }
         Ok(())
     }
 
+    /// Reads `len` bytes at `offset` straight into wasm memory (no JS `ArrayBuffer` made per
+    /// read, so a multi-GB load leaves no garbage in the JS heap waiting to be collected).
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+        let at = Self::at(offset);
+        let read = get(&self.0, "read");
+        let f: &js_sys::Function = read
+            .dyn_ref()
+            .ok_or("FileSystemSyncAccessHandle.read is not available")?;
+        let mut buf = vec![0u8; len];
+        // SAFETY: the view is used only by the synchronous call below, during which this
+        // thread allocates nothing in wasm memory (which could grow it and detach the view).
+        let view = unsafe { Uint8Array::view_mut_raw(buf.as_mut_ptr(), len) };
+        let n = f
+            .call2(&self.0, &view, &at)
+            .map_err(|e| describe(&e))?
+            .as_f64()
+            .unwrap_or(0.0) as usize;
+        if n != len {
+            return Err(format!("read {n} of {len} bytes at offset {offset}"));
+        }
+        Ok(buf)
+    }
+
     /// Appends `bytes` at the end.
-    pub fn append(&self, bytes: &[u8]) -> Result<(), String> {
+    pub fn append(&self, bytes: &[u8]) -> Result<(), WriteError> {
         self.write_at(bytes, self.size()?)
     }
 

@@ -10,7 +10,7 @@ use js_sys::{Array, Object, Reflect};
 use rexvqa_engine::eval::{self, Answer, Clock, ImageStore, Settings};
 use rexvqa_engine::gguf::{Gguf, RangeSource};
 use rexvqa_engine::image;
-use rexvqa_engine::rexvqa::{Record, Scope, Split, prompt, resolve_image_path};
+use rexvqa_engine::rexvqa::{Scope, Split, prompt, resolve_image_path};
 use rexvqa_engine::score;
 use rexvqa_engine::session::{LoadOptions, Model, Session, StudyCache};
 use wasm_bindgen::JsCast;
@@ -312,22 +312,41 @@ async fn check_room(dir: &Dir, files: &[(String, &File)]) -> Result<(), String> 
         .map_err(|e| e.to_string())
 }
 
+/// The headers of a text GGUF and its optional mmproj.
+async fn read_headers(
+    text: &impl RangeSource,
+    mmproj: Option<&impl RangeSource>,
+) -> Result<(Gguf, Option<Gguf>), String> {
+    let g = Gguf::read_async(text)
+        .await
+        .map_err(|e| format!("text model: {e}"))?;
+    let vg = match mmproj {
+        Some(m) => Some(
+            Gguf::read_async(m)
+                .await
+                .map_err(|e| format!("mmproj: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok((g, vg))
+}
+
 /// Checks a header before anything is copied: the right architecture and a matching pair.
 async fn check_pair(
     text: &impl RangeSource,
     mmproj: Option<&impl RangeSource>,
 ) -> Result<(String, String), String> {
-    let g = Gguf::read_async(text)
-        .await
-        .map_err(|e| format!("text model: {e}"))?;
+    let (g, vg) = read_headers(text, mmproj).await?;
+    check_headers(&g, vg.as_ref())
+}
+
+/// [`check_pair`] on headers already read.
+fn check_headers(g: &Gguf, vg: Option<&Gguf>) -> Result<(String, String), String> {
     let cfg =
-        rexvqa_engine::model::TextConfig::from_gguf(&g).map_err(|e| format!("text model: {e}"))?;
+        rexvqa_engine::model::TextConfig::from_gguf(g).map_err(|e| format!("text model: {e}"))?;
     let mut mm_arch = String::new();
-    if let Some(m) = mmproj {
-        let vg = Gguf::read_async(m)
-            .await
-            .map_err(|e| format!("mmproj: {e}"))?;
-        rexvqa_engine::model::VisionConfig::from_gguf(&vg).map_err(|e| format!("mmproj: {e}"))?;
+    if let Some(vg) = vg {
+        rexvqa_engine::model::VisionConfig::from_gguf(vg).map_err(|e| format!("mmproj: {e}"))?;
         let out = vg
             .tensor("mm.input_projection.weight")
             .map(|t| t.dims[0] as usize)
@@ -369,7 +388,23 @@ async fn store_file(dir: &Dir, name: &str, file: &File, arch: &str) -> Result<()
         let part = file
             .slice_with_f64_and_f64(done as f64, end as f64)
             .map_err(|e| crate::gpu::describe(&e))?;
-        out.write_at(&read_blob(&part).await?, done)?;
+        if let Err(e) = out.write_at(&read_blob(&part).await?, done) {
+            out.flush()?;
+            return Err(match e {
+                io::WriteError::NoSpace => {
+                    let (usage, quota) = storage_estimate().await.unwrap_or_default();
+                    rexvqa_engine::storage::WriteRefused {
+                        what: name.into(),
+                        done,
+                        total,
+                        usage: usage as u64,
+                        quota: quota as u64,
+                    }
+                    .to_string()
+                }
+                other => other.into(),
+            });
+        }
         done = end;
         let secs = (now_ms() - t0) / 1000.0;
         post(&Event::Copy {
@@ -509,7 +544,9 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         Some(m) => Some(BlobSource::new(dir.blob(m).await?)),
         None => None,
     };
-    check_pair(&text_src, mm_src.as_ref()).await?;
+    // Each header is read once here (the tokenizer's 262k-token vocabulary is in it).
+    let (text_hdr, mm_hdr) = read_headers(&text_src, mm_src.as_ref()).await?;
+    check_headers(&text_hdr, mm_hdr.as_ref())?;
     let mut sha256 = vec![(
         "text model SHA-256".to_string(),
         stored_sha256(&dir, text, &text_src).await?,
@@ -521,6 +558,13 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         ));
     }
     let (device, compute) = choose_device().await?;
+    if !rexvqa_engine::device::queues_work(&device) {
+        // wasm32 ends at 4 GiB: refuse a pair that cannot fit before allocating any of it.
+        use rexvqa_engine::model::footprint::{Footprint, WASM32_MAX_BYTES};
+        Footprint::cpu(&text_hdr, mm_hdr.as_ref())
+            .check(WASM32_MAX_BYTES)
+            .map_err(|e| e.to_string())?;
+    }
     // Drop a previous model first so its GPU memory is freed before the new one loads.
     STATE.with(|s| {
         let mut s = s.borrow_mut();
@@ -540,9 +584,16 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
             });
         }
     };
+    // The weights stream through synchronous handles straight into wasm memory; the handles
+    // (which lock the files) close when the load is over.
+    let text_file = io::OpfsSource::open(&dir, text).await?;
+    let mm_file = match mmproj {
+        Some(m) => Some(io::OpfsSource::open(&dir, m).await?),
+        None => None,
+    };
     let model = Model::load(
-        &text_src,
-        mm_src.as_ref(),
+        &text_file,
+        mm_file.as_ref(),
         &device,
         &LoadOptions::default(),
         &mut progress,
@@ -561,8 +612,7 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
         sha256: sha256.clone(),
         ..Default::default()
     };
-    for src in std::iter::once(&text_src).chain(mm_src.as_ref()) {
-        let g = Gguf::read_async(src).await.map_err(|e| e.to_string())?;
+    for g in std::iter::once(&text_hdr).chain(mm_hdr.as_ref()) {
         if card.name.is_empty() {
             card.name = g
                 .str_opt("general.name")
@@ -1025,6 +1075,7 @@ async fn ask_free(
             response: text,
             probs: None,
             missing_images: Vec::new(),
+            unanswerable: None,
             ms: now_ms() - t0,
         },
     });
@@ -1094,78 +1145,106 @@ fn per_task(s: &Split, answers: &[Answer]) -> BTreeMap<String, (usize, usize)> {
     m
 }
 
+/// The browser's run journal: the run's OPFS file, flushed after each group.
+struct OpfsJournal(io::SyncFile);
+
+impl eval::run::Journal for OpfsJournal {
+    async fn append(&mut self, answers: &[Answer]) -> Result<(), String> {
+        let lines: String = answers.iter().map(eval::journal_line).collect();
+        self.0.append(lines.as_bytes())?;
+        self.0.flush()
+    }
+}
+
+/// Posts a run's progress to the page, and pauses or stops it between groups on request.
+struct PageObserver<'a> {
+    run_id: &'a str,
+    split: &'a Split,
+    ctl: Rc<EvalCtl>,
+    /// The last (rate, ETA) seen, for the final event.
+    last: (f64, f64),
+}
+
+impl PageObserver<'_> {
+    fn event(&self, done: &[Answer], total: usize, state: &str) -> Event {
+        Event::EvalProgress(EvalProgress {
+            run_id: self.run_id.into(),
+            done: done.len(),
+            total,
+            rate: self.last.0,
+            eta_s: self.last.1,
+            per_task: per_task(self.split, done),
+            state: state.into(),
+        })
+    }
+}
+
+impl eval::run::Observer for PageObserver<'_> {
+    fn progress(&mut self, p: &eval::run::RunProgress<'_>) {
+        self.last = (p.rate(), p.eta_s());
+        post(&self.event(p.done, p.total, "running"));
+    }
+
+    async fn checkpoint(&mut self, p: &eval::run::RunProgress<'_>) -> eval::run::Control {
+        // Let pause/cancel messages in.
+        sleep(0).await;
+        if self.ctl.paused.get() {
+            post(&self.event(p.done, p.total, "paused"));
+            while self.ctl.paused.get() && !self.ctl.cancelled.get() {
+                sleep(100).await;
+            }
+        }
+        if self.ctl.cancelled.get() {
+            eval::run::Control::Stop
+        } else {
+            eval::run::Control::Go
+        }
+    }
+}
+
 async fn run_eval(run_id: String) -> Result<(), String> {
     let (meta, mut done) = read_run(&run_id).await?;
     let (model, s) = (model()?, split(&meta.split)?);
-    let todo = eval::pending(&s, &meta.scope, &done).map_err(|e| e.to_string())?;
     let total = s.select(&meta.scope).map_err(|e| e.to_string())?.len();
     let dir = runs_dir().await?;
     // Rewrite the journal from its complete lines, so a line torn by a crash cannot corrupt
     // the appends that follow.
-    let journal = dir.open_sync(&format!("{run_id}.jsonl"), true).await?;
-    journal.truncate(0)?;
+    let file = dir.open_sync(&format!("{run_id}.jsonl"), true).await?;
+    file.truncate(0)?;
     let text: String = done.iter().map(eval::journal_line).collect();
-    journal.write_at(text.as_bytes(), 0)?;
-    journal.flush()?;
+    file.write_at(text.as_bytes(), 0)?;
+    file.flush()?;
     let ctl = Rc::new(EvalCtl {
         paused: Cell::new(false),
         cancelled: Cell::new(false),
     });
     STATE.with(|st| st.borrow_mut().eval = Some(ctl.clone()));
-    let store = FileStore::current();
-    let mut session = Session::new(&model);
-    let (t0, mut n_here, mut study) = (now_ms(), 0usize, String::new());
-    let progress = |done: &[Answer], n_here: usize, state: &str| {
-        let secs = (now_ms() - t0) / 1000.0;
-        let rate = n_here as f64 / secs.max(1e-3);
-        EvalProgress {
-            run_id: run_id.clone(),
-            done: done.len(),
-            total,
-            rate,
-            eta_s: if rate > 0.0 {
-                (total.saturating_sub(done.len())) as f64 / rate
-            } else {
-                0.0
-            },
-            per_task: per_task(&s, done),
-            state: state.into(),
-        }
+    let mut journal = OpfsJournal(file);
+    let mut observer = PageObserver {
+        run_id: &run_id,
+        split: &s,
+        ctl,
+        last: (0.0, 0.0),
     };
-    post(&Event::EvalProgress(progress(&done, 0, "running")));
-    let mut state = "finished";
-    for group in eval::study_groups(&s, &todo, eval::STUDY_BATCH) {
-        if ctl.paused.get() {
-            post(&Event::EvalProgress(progress(&done, n_here, "paused")));
-            while ctl.paused.get() && !ctl.cancelled.get() {
-                sleep(100).await;
-            }
-        }
-        if ctl.cancelled.get() {
-            state = "cancelled";
-            break;
-        }
-        let records: Vec<&Record> = group.iter().map(|&i| &s.records[i]).collect();
-        if records[0].study_key() != study {
-            session.clear();
-            study = records[0].study_key().to_string();
-        }
-        let answers =
-            eval::answer_study(&mut session, &records, &meta.settings, &store, &PerfClock)
-                .await
-                .map_err(|e| format!("question {}: {e}", records[0].id))?;
-        let lines: String = answers.iter().map(eval::journal_line).collect();
-        journal.append(lines.as_bytes())?;
-        journal.flush()?;
-        n_here += answers.len();
-        done.extend(answers);
-        post(&Event::EvalProgress(progress(&done, n_here, "running")));
-        // Let pause/cancel messages in.
-        sleep(0).await;
-    }
-    journal.close();
+    let outcome = eval::run::run(
+        &mut Session::new(&model),
+        &s,
+        &meta.scope,
+        &meta.settings,
+        &mut done,
+        &FileStore::current(),
+        &PerfClock,
+        &mut journal,
+        &mut observer,
+    )
+    .await;
+    journal.0.close();
     STATE.with(|st| st.borrow_mut().eval = None);
-    post(&Event::EvalProgress(progress(&done, n_here, state)));
+    let state = match outcome.map_err(|e| e.to_string())? {
+        eval::run::Outcome::Finished => "finished",
+        eval::run::Outcome::Stopped => "cancelled",
+    };
+    post(&observer.event(&done, total, state));
     post(&Event::Report {
         run_id: run_id.clone(),
         report: eval::report(&s, &done, &meta.settings, total),
@@ -1259,6 +1338,8 @@ async fn merge(split_name: &str, names: Vec<String>, list: Vec<File>) -> Result<
             settings: Settings::default(),
             answered: preds.len(),
             in_scope: s.records.len(),
+            rejected_records: s.rejected.clone(),
+            unanswerable: merged.unanswerable,
             official: rep.clone(),
             robust: rep,
             missing_images: 0,
@@ -1307,11 +1388,17 @@ async fn handle(req: Request, attached: Vec<File>) {
                     .chain(mname.clone().zip(mmproj))
                     .collect();
                 check_room(&dir, &copies).await?;
-                store_file(&dir, &tname, text, &t_arch).await?;
-                if let (Some(n), Some(m)) = (&mname, mmproj) {
-                    store_file(&dir, n, m, &m_arch).await?;
+                let copied = async {
+                    store_file(&dir, &tname, text, &t_arch).await?;
+                    if let (Some(n), Some(m)) = (&mname, mmproj) {
+                        store_file(&dir, n, m, &m_arch).await?;
+                    }
+                    Ok::<(), String>(())
                 }
+                .await;
+                // The list shows a stopped copy as partial, whatever happened.
                 post(&list_cache().await?);
+                copied?;
                 post(&Event::ModelLoaded(
                     load_stored(&tname, mname.as_deref()).await?,
                 ));

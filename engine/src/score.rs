@@ -284,6 +284,9 @@ pub enum MergeError {
     },
 }
 
+/// The leaderboard-file field that marks a question not asked (no usable image), with the reason.
+pub const UNANSWERABLE_KEY: &str = "unanswerable";
+
 /// The merge of several shard files.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Merged {
@@ -293,6 +296,8 @@ pub struct Merged {
     pub missing: Vec<String>,
     /// Answered ids the split does not know.
     pub unknown: Vec<String>,
+    /// Questions the shards marked unanswerable, with the reason, in split order.
+    pub unanswerable: Vec<crate::rexvqa::Rejected>,
 }
 
 /// Merges leaderboard prediction files `(name, json)`; overlaps are an error, gaps are reported.
@@ -341,10 +346,22 @@ pub fn merge_shards(split: &Split, files: &[(String, String)]) -> Result<Merged,
         .filter(|k| !known.contains(k.as_str()))
         .cloned()
         .collect();
+    let unanswerable = split
+        .records
+        .iter()
+        .filter_map(|r| {
+            let reason = predictions.get(&r.id)?.get(UNANSWERABLE_KEY)?;
+            Some(crate::rexvqa::Rejected {
+                id: r.id.clone(),
+                reason: reason.as_str().unwrap_or_default().to_string(),
+            })
+        })
+        .collect();
     Ok(Merged {
         predictions,
         missing,
         unknown,
+        unanswerable,
     })
 }
 
@@ -357,7 +374,9 @@ pub fn predictions_from_leaderboard(
         .records
         .iter()
         .filter_map(|r| {
-            let v = merged.get(&r.id)?;
+            let v = merged
+                .get(&r.id)
+                .filter(|v| v.get(UNANSWERABLE_KEY).is_none())?;
             let letter = v["model_prediction"]
                 .as_str()
                 .and_then(|s| s.chars().next())

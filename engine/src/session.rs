@@ -240,12 +240,13 @@ impl Model {
 pub struct StudyCache {
     images: HashMap<String, Tensor<2>>,
     last: Option<(Vec<u32>, KvCache)>,
+    encoded: usize,
 }
 
 impl StudyCache {
-    /// Image features cached.
-    pub fn images(&self) -> usize {
-        self.images.len()
+    /// Images encoded into this cache so far (a cached image is never encoded again).
+    pub fn images_encoded(&self) -> usize {
+        self.encoded
     }
 }
 
@@ -291,6 +292,7 @@ impl<'m> Session<'m> {
     /// Encodes a preprocessed image and caches its features under `key`.
     pub fn add_image(&mut self, key: &str, pixels: &[f32]) -> Result<Tensor<2>, ModelError> {
         let feats = self.model.encode_image(pixels)?;
+        self.cache.encoded += 1;
         self.cache.images.insert(key.to_string(), feats.clone());
         Ok(feats)
     }

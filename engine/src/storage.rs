@@ -39,6 +39,30 @@ pub struct NoRoom {
     pub quota: u64,
 }
 
+/// A copy the browser stopped with a full-storage error part-way (its estimate of the quota can
+/// be generous, and the disk can fill while a copy runs).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "not enough browser storage for {what}: the browser refused a write after {} of {}      ({} still to copy; it reports {} used of {}). Delete stored models or runs on this page, or      free disk space, then try again: the copy resumes where it stopped.",
+    human_bytes(*done as f64),
+    human_bytes(*total as f64),
+    human_bytes(total.saturating_sub(*done) as f64),
+    human_bytes(*usage as f64),
+    human_bytes(*quota as f64)
+)]
+pub struct WriteRefused {
+    /// What was being copied, in words.
+    pub what: String,
+    /// Bytes copied before the refusal (kept: the next copy resumes from there).
+    pub done: u64,
+    /// Bytes of the whole copy.
+    pub total: u64,
+    /// Bytes the origin uses, as the browser reports.
+    pub usage: u64,
+    /// The origin's quota, as the browser reports.
+    pub quota: u64,
+}
+
 /// Checks that `need` more bytes fit under `quota` with `usage` taken.
 pub fn check_room(what: &str, need: u64, usage: u64, quota: u64) -> Result<(), NoRoom> {
     if usage.saturating_add(need) <= quota {
@@ -75,6 +99,24 @@ mod tests {
         // Usage above the quota (possible after a quota shrinks) reports no free room, not a wrap.
         let e = check_room("y", 1, 5, 4).unwrap_err();
         assert!(e.to_string().contains("(0 B free)"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_write_says_how_far_the_copy_got() {
+        let e = WriteRefused {
+            what: "model.gguf".into(),
+            done: 8_388_608,
+            total: 24_724_768,
+            usage: 8_400_000,
+            quota: 10_000_000,
+        };
+        assert_eq!(
+            e.to_string(),
+            "not enough browser storage for model.gguf: the browser refused a write after 8.4 MB of \
+             24.7 MB (16.3 MB still to copy; it reports 8.4 MB used of 10.0 MB). Delete stored \
+             models or runs on this page, or free disk space, then try again: the copy resumes \
+             where it stopped."
+        );
     }
 
     #[test]

@@ -312,8 +312,13 @@ impl Clock for NoClock {
 
 /// A synthetic split of one study with two questions, its images in memory, fast-mode settings.
 fn one_study() -> (Split, Mem, Settings) {
+    synthetic(1)
+}
+
+/// A synthetic split of `studies` studies of two questions each, images in memory, fast mode.
+fn synthetic(studies: usize) -> (Split, Mem, Settings) {
     let opts = SynthOptions {
-        studies: 1,
+        studies,
         questions_per_study: 2,
         seed: 3,
         size_range: (64, 96),
@@ -331,6 +336,7 @@ fn one_study() -> (Split, Mem, Settings) {
         policy: Policy::Scale,
         all_images: false,
         max_new_tokens: 8,
+        answer_without_image: false,
     };
     (split, Mem(files), settings)
 }
@@ -343,8 +349,8 @@ fn max_abs_diff(p: &[f32], q: &[f32]) -> f32 {
 }
 
 /// A study's cache handed from one session to the next (the browser worker answers one question
-/// per request): the second question encodes no image, computes only the tokens after the shared
-/// prefix, and answers as a fresh session does.
+/// per request): the second question encodes no image, computes only the tokens after the prefix
+/// it shares with the first, and answers as a fresh session does.
 fn study_cache_carries_over(case: &Case) {
     let (split, store, settings) = one_study();
     let (q1, q2) = (&split.records[0], &split.records[1]);
@@ -363,22 +369,105 @@ fn study_cache_carries_over(case: &Case) {
     let mut first = Session::new(&case.model);
     ask(&mut first, q1);
     let cache = first.into_cache();
-    assert_eq!(cache.images(), 1);
+    assert_eq!(cache.images_encoded(), 1);
     let mut second = Session::with_cache(&case.model, cache);
     let a = ask(&mut second, q2);
-    let full = record_prompt(&case.model, q2, 1).unwrap().len();
-    // The image and the prompt text before the question are shared: well over half the prompt.
-    assert!(
-        second.last_computed < full / 2,
-        "second question computed {} of {full} tokens",
-        second.last_computed
+    // The official prompt puts the images after the question, so only the system prompt and the
+    // text both questions start with are reused: the second computes exactly the rest (its image
+    // tokens included, from the cached features).
+    let (p1, p2) = (
+        record_prompt(&case.model, q1, 1).unwrap(),
+        record_prompt(&case.model, q2, 1).unwrap(),
     );
-    assert_eq!(second.into_cache().images(), 1, "no second image encode");
+    let shared = p1.iter().zip(&p2).take_while(|(a, b)| a == b).count();
+    assert!(shared > 0);
+    assert_eq!(second.last_computed, p2.len() - shared);
+    assert_eq!(
+        second.into_cache().images_encoded(),
+        1,
+        "no second image encode"
+    );
     let alone = ask(&mut Session::new(&case.model), q2);
     assert_eq!(a.prediction, alone.prediction);
     let worst = max_abs_diff(&a.probs.unwrap(), &alone.probs.unwrap());
     // Measured 0 on the CPU (the same arithmetic per position); 1e-5 as for study batches.
     assert!(worst <= 1e-5, "cached vs fresh: max |Δprob| {worst}");
+}
+
+/// Answers kept in memory as a journal would keep them.
+struct MemJournal(Vec<String>);
+
+impl eval::run::Journal for MemJournal {
+    async fn append(&mut self, answers: &[Answer]) -> Result<(), String> {
+        self.0.extend(answers.iter().map(eval::journal_line));
+        Ok(())
+    }
+}
+
+/// Stops the run at the checkpoint after `after` answers.
+struct StopAfter(usize);
+
+impl eval::run::Observer for StopAfter {
+    fn progress(&mut self, _: &eval::run::RunProgress<'_>) {}
+    async fn checkpoint(&mut self, p: &eval::run::RunProgress<'_>) -> eval::run::Control {
+        if p.done.len() >= self.0 {
+            eval::run::Control::Stop
+        } else {
+            eval::run::Control::Go
+        }
+    }
+}
+
+/// The shared evaluation loop stopped between studies (a reload, a cancel) and resumed from its
+/// journal gives exactly the answers of an uninterrupted run, none twice.
+fn run_stops_and_resumes(case: &Case) {
+    let (split, store, settings) = synthetic(3);
+    let scope = rexvqa_engine::rexvqa::Scope::All;
+    let run = |done: &mut Vec<Answer>, journal: &mut MemJournal, stop: usize| {
+        pollster::block_on(eval::run::run(
+            &mut Session::new(&case.model),
+            &split,
+            &scope,
+            &settings,
+            done,
+            &store,
+            &NoClock,
+            journal,
+            &mut StopAfter(stop),
+        ))
+        .unwrap()
+    };
+    let mut whole = Vec::new();
+    let outcome = run(&mut whole, &mut MemJournal(Vec::new()), usize::MAX);
+    assert_eq!(outcome, eval::run::Outcome::Finished);
+    assert_eq!(whole.len(), 6);
+
+    let mut journal = MemJournal(Vec::new());
+    let mut done = Vec::new();
+    assert_eq!(run(&mut done, &mut journal, 2), eval::run::Outcome::Stopped);
+    assert_eq!(done.len(), 2, "stopped after the first study");
+    let mut resumed = eval::read_journal(&journal.0.concat());
+    assert_eq!(resumed, done);
+    assert_eq!(
+        run(&mut resumed, &mut journal, usize::MAX),
+        eval::run::Outcome::Finished
+    );
+    assert_eq!(eval::read_journal(&journal.0.concat()), resumed);
+    let ids = |v: &[Answer]| {
+        let mut ids: Vec<String> = v.iter().map(|a| a.id.clone()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&resumed), ids(&whole));
+    for a in &resumed {
+        let b = whole.iter().find(|b| b.id == a.id).unwrap();
+        assert_eq!(
+            (a.prediction, &a.probs),
+            (b.prediction, &b.probs),
+            "{}",
+            a.id
+        );
+    }
 }
 
 /// Evaluation's study batches (as a GPU backend runs them) give each question the answer and
@@ -432,6 +521,7 @@ fn tiny_q8_0_on_cpu_matches_transformers_on_the_dequantised_weights() {
     greedy(&c, 1e-2);
     batched(&c, 1e-4);
     study_cache_carries_over(&c);
+    run_stops_and_resumes(&c);
 }
 
 #[test]

@@ -33,6 +33,43 @@ async fn gguf_reads_asynchronously_in_the_browser() {
     assert_eq!(y, quant::dequantize_vec(t.ty, &raw2, 512).unwrap());
 }
 
+/// The CPU path's quantised dot products in the SIMD128 build give, for every weight type, the
+/// bits of the plain 8-lane loops (same operations in the same order; only the registers differ).
+#[wasm_bindgen_test]
+fn cpu_dot_products_with_simd128_equal_the_portable_loops() {
+    use rexvqa_engine::quant::{dot, pack};
+    const {
+        assert!(
+            cfg!(target_feature = "simd128"),
+            "the wasm build enables SIMD128 (.cargo/config.toml)"
+        )
+    };
+    let (n, k, m) = (5, 512, 3);
+    let xs: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+        .collect();
+    let x = dot::Activations::new(&xs, k);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
+    ] {
+        let words = pack::pack_rows(ty, &quant::random_blocks(ty, n * k, 7), n, k).unwrap();
+        let (mut simd, mut plain) = (vec![0f32; m * n], vec![0f32; m * n]);
+        dot::dot_rows(ty, &words, &x, &mut simd);
+        dot::dot_rows_portable(ty, &words, &x, &mut plain);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&simd), bits(&plain), "{ty}");
+        assert!(plain.iter().all(|v| v.is_finite() && *v != 0.0), "{ty}");
+    }
+}
+
 mod model_in_browser {
     use std::io::Read;
 

@@ -90,6 +90,9 @@ pub type QuestionPage = (usize, Vec<QuestionRow>, Vec<String>, Vec<String>);
 #[derive(Clone, Copy)]
 pub struct Engine {
     worker: StoredValue<Option<Worker>, LocalStorage>,
+    /// Messages sent before the worker said it is ready: a worker drops what arrives while its
+    /// wasm is still loading, so they wait here and go out in order on `Ready`.
+    queued: StoredValue<Option<Vec<Object>>, LocalStorage>,
     /// GPU state.
     pub gpu: RwSignal<GpuState>,
     /// The worker's wasm memory in bytes (its peak: it never shrinks) and the device memory the
@@ -161,6 +164,7 @@ impl Engine {
     pub fn start() -> Engine {
         let engine = Engine {
             worker: StoredValue::new_local(None),
+            queued: StoredValue::new_local(Some(Vec::new())),
             gpu: RwSignal::new(GpuState::Probing),
             compute: RwSignal::new(
                 local_storage()
@@ -240,9 +244,20 @@ impl Engine {
             }
             let _ = Reflect::set(&o, &"files".into(), &arr);
         }
+        let mut o = Some(o);
+        self.queued.update_value(|q| {
+            if let Some(q) = q {
+                q.extend(o.take());
+            }
+        });
+        let Some(o) = o else { return };
+        self.post(&o);
+    }
+
+    fn post(&self, o: &Object) {
         let sent = self
             .worker
-            .with_value(|w| w.as_ref().map(|w| w.post_message(&o)));
+            .with_value(|w| w.as_ref().map(|w| w.post_message(o)));
         match sent {
             Some(Ok(())) => {}
             Some(Err(e)) => self.error(crate::gpu::describe(&e)),
@@ -291,12 +306,19 @@ impl Engine {
     fn on_event(&self, ev: Event, data: &JsValue) {
         match ev {
             Event::Ready => {
+                // From now on requests go straight out; the ones made while the worker started
+                // follow the start-up requests (the compute choice first, so a queued import
+                // loads where the user asked).
+                let queued = self.queued.try_update_value(Option::take).flatten();
                 self.send(&Request::SetCompute {
                     compute: self.compute.get_untracked(),
                 });
                 self.send(&Request::ProbeGpu);
                 self.send(&Request::ListCache);
                 self.send(&Request::LoadQuiz);
+                for o in queued.unwrap_or_default() {
+                    self.post(&o);
+                }
             }
             Event::Gpu(r) => self.gpu.set(GpuState::Ready(r)),
             Event::GpuUnavailable { reason } => self.gpu.set(GpuState::Unavailable(reason)),
@@ -321,7 +343,7 @@ impl Engine {
                 total,
                 tensor,
             } => self.progress.set(Some(Progress {
-                label: format!("Loading weights onto the GPU ({tensor})"),
+                label: format!("Loading weights ({tensor})"),
                 done,
                 total,
                 rate: 0.0,

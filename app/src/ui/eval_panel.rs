@@ -22,6 +22,7 @@ pub fn EvalPanel() -> impl IntoView {
     let mode = RwSignal::new(Mode::Fast);
     let policy = RwSignal::new(Policy::Scale);
     let all_images = RwSignal::new(false);
+    let without_image = RwSignal::new(false);
     Effect::new(move |_| {
         if let Some(d) = engine.dataset.get()
             && let Some(first) = d.splits.keys().next()
@@ -51,6 +52,7 @@ pub fn EvalPanel() -> impl IntoView {
             mode: mode.get_untracked(),
             policy: policy.get_untracked(),
             all_images: all_images.get_untracked(),
+            answer_without_image: without_image.get_untracked(),
             ..Settings::default()
         };
         Some((scope, settings))
@@ -115,6 +117,7 @@ pub fn EvalPanel() -> impl IntoView {
                     <option value="scale">"scale"</option><option value="minmax">"min–max"</option><option value="pillow-clamp">"pillow-clamp"</option>
                 </select></label>
                 <label><input type="checkbox" prop:checked=move || all_images.get() on:change=move |ev| all_images.set(event_target_checked(&ev)) />" all views (official: first image)"</label>
+                <label><input type="checkbox" data-testid="eval-without-image" prop:checked=move || without_image.get() on:change=move |ev| without_image.set(event_target_checked(&ev)) />" answer questions without a usable image, text only (default: listed as unanswerable, left out of accuracy)"</label>
                 <button data-testid="eval-start" disabled=move || !ready() || running() || calibrating() on:click=start>"Start"</button>
                 <button class="secondary" data-testid="eval-calibrate" title="Time 20 questions on this device and project how long the run takes"
                     disabled=move || !ready() || running() || calibrating() on:click=calibrate>"Estimate time (20 questions)"</button>

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use web_sys::{DragEvent, File, HtmlInputElement};
 
-use super::engine::{Engine, bytes};
+use super::engine::{Engine, Progress, bytes};
 use super::progress::ProgressBar;
 use crate::protocol::{Compute, DEFAULT_MMPROJ_URL, DEFAULT_TEXT_URL, Request};
 
@@ -49,6 +49,13 @@ pub fn ModelPanel() -> impl IntoView {
         let mut files = vec![t];
         files.extend(mmproj.get_untracked());
         crate::io::request_persistent_storage();
+        // Seen at once, while the worker (perhaps still starting) reads the files' headers.
+        engine.progress.set(Some(Progress {
+            label: "Checking the model files".into(),
+            done: 0,
+            total: files.iter().map(|f| f.size() as u64).sum(),
+            rate: 0.0,
+        }));
         engine.send_with(&Request::ImportModel, &files);
     };
     let stored = move || engine.cache.get().0;

@@ -46,6 +46,19 @@ pub fn ReportPanel() -> impl IntoView {
                 view! {
                     <div data-testid="report">
                         <p class="hint">{format!("{run_id}: {} of {} questions answered{}", r.answered, r.in_scope, if missing > 0 { format!(", {missing} not in any shard") } else { String::new() })}</p>
+                        <p class="hint" data-testid="report-accounting">{format!(
+                            "{} record(s) rejected by the split parser; {} question(s) unanswerable (no usable image; {})",
+                            r.rejected_records.len(), r.unanswerable.len(), r.settings.without_image_policy()
+                        )}</p>
+                        {[("Rejected records", r.rejected_records.clone(), "report-rejected"), ("Unanswerable questions", r.unanswerable.clone(), "report-unanswerable")]
+                            .into_iter().filter(|(_, rows, _)| !rows.is_empty()).map(|(title, rows, id)| view! {
+                                <details data-testid=id>
+                                    <summary>{format!("{title} ({})", rows.len())}</summary>
+                                    <table class="grid"><thead><tr><th>"id"</th><th>"reason"</th></tr></thead><tbody>
+                                        {rows.into_iter().map(|x| view! { <tr><td class="mono">{x.id}</td><td>{x.reason}</td></tr> }).collect_view()}
+                                    </tbody></table>
+                                </details>
+                            }).collect_view()}
                         {(run_id != "merged").then(|| {
                             let export = move |format: &'static str| {
                                 let run_id = run_id.clone();

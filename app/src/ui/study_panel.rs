@@ -211,11 +211,14 @@ pub fn StudyPanel() -> impl IntoView {
                             <OptionBars state=engine.ask options=options />
                             {move || engine.ask.get().answer.map(|a| view! {
                                 <p data-testid="ask-answer"><strong>"MedGemma: "</strong>
-                                    <span data-testid="ask-letter">{a.prediction.map(|l| l.to_string()).unwrap_or_else(|| "no letter found".into())}</span>
+                                    <span data-testid="ask-letter">{a.prediction.map(|l| l.to_string()).unwrap_or_else(|| if a.unanswerable.is_some() { "not asked".into() } else { "no letter found".into() })}</span>
                                     {a.prediction.and_then(|l| options2.get(l.index()).cloned()).map(|o| format!(" — {o}"))}
                                     <span class="hint">{format!(" ({:.1} s)", a.ms / 1000.0)}</span>
                                 </p>
-                                {(!a.missing_images.is_empty()).then(|| view! { <p class="warn">{format!("Answered without: {}", a.missing_images.join("; "))}</p> })}
+                                {match &a.unanswerable {
+                                    Some(reason) => view! { <p class="warn" data-testid="ask-unanswerable">{format!("Not asked: {reason}")}</p> }.into_any(),
+                                    None => (!a.missing_images.is_empty()).then(|| view! { <p class="warn">{format!("Answered without: {}", a.missing_images.join("; "))}</p> }).into_any(),
+                                }}
                             })}
                             {move || { let a = engine.ask.get(); (!a.text.is_empty() && a.scores.is_none()).then(|| view! { <pre class="reply" data-testid="ask-text">{a.text}</pre> }) }}
                             <label class="free">"Ask your own question about this study"

@@ -12,7 +12,7 @@ use rexvqa_engine::eval::{self, Answer, Clock, ImageStore, Settings};
 use rexvqa_engine::gguf::{FileSource, Gguf};
 use rexvqa_engine::image::Policy;
 use rexvqa_engine::rexvqa::synth::{SynthOptions, generate};
-use rexvqa_engine::rexvqa::{Record, Scope, Split};
+use rexvqa_engine::rexvqa::{Scope, Split};
 use rexvqa_engine::session::{LoadOptions, Mode, Model, Session};
 use rexvqa_engine::tokenizer::Tokenizer;
 
@@ -57,6 +57,10 @@ struct DataArgs {
     /// Use every view of a study instead of only the first image (the official protocol).
     #[arg(long)]
     all_images: bool,
+    /// Answer a question none of whose images can be used, text only (by default it is listed
+    /// as unanswerable and left out of accuracy).
+    #[arg(long)]
+    answer_without_image: bool,
 }
 
 #[derive(Subcommand)]
@@ -338,6 +342,40 @@ impl ImageStore for Folder {
     }
 }
 
+/// The CLI's journal: a JSON-lines file, flushed after each group.
+struct FileJournal(std::fs::File, PathBuf);
+
+impl eval::run::Journal for FileJournal {
+    async fn append(&mut self, answers: &[Answer]) -> Result<(), String> {
+        let lines: String = answers.iter().map(eval::journal_line).collect();
+        self.0
+            .write_all(lines.as_bytes())
+            .and_then(|()| self.0.flush())
+            .map_err(|e| format!("{}: {e}", self.1.display()))
+    }
+}
+
+/// Progress lines on stderr; the CLI runs to the end (Ctrl-C stops it, the journal resumes it).
+struct StderrProgress;
+
+impl eval::run::Observer for StderrProgress {
+    fn progress(&mut self, p: &eval::run::RunProgress<'_>) {
+        if p.answered_here > 0 {
+            eprintln!(
+                "{}/{} answered, {:.2} q/s, ETA {:.0} s",
+                p.done.len(),
+                p.total,
+                p.rate(),
+                p.eta_s()
+            );
+        }
+    }
+
+    async fn checkpoint(&mut self, _: &eval::run::RunProgress<'_>) -> eval::run::Control {
+        eval::run::Control::Go
+    }
+}
+
 struct Wall(Instant);
 
 impl Clock for Wall {
@@ -366,6 +404,7 @@ fn settings(d: &DataArgs) -> Settings {
         mode: d.mode,
         policy: d.policy,
         all_images: d.all_images,
+        answer_without_image: d.answer_without_image,
         ..Settings::default()
     }
 }
@@ -521,52 +560,32 @@ fn run(cli: Cli) -> Result<(), String> {
                 Err(_) => Vec::new(),
             };
             let in_scope = split.select(&scope).map_err(|e| e.to_string())?.len();
-            let todo = eval::pending(&split, &scope, &done).map_err(|e| e.to_string())?;
             if !done.is_empty() {
-                eprintln!("resuming: {} answered, {} to go", done.len(), todo.len());
+                eprintln!("resuming: {} of {in_scope} answered", done.len());
             }
             let model = load_model(&m)?;
-            let mut session = Session::new(&model);
-            let mut journal = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&journal_path)
-                .map_err(|e| err(&journal_path, e))?;
-            let clock = Wall(Instant::now());
-            let mut study = String::new();
-            let mut n = 0;
-            for group in eval::study_groups(&split, &todo, eval::STUDY_BATCH) {
-                let records: Vec<&Record> = group.iter().map(|&i| &split.records[i]).collect();
-                if records[0].study_key() != study {
-                    session.clear();
-                    study = records[0].study_key().to_string();
-                }
-                let answers: Vec<Answer> = pollster::block_on(eval::answer_study(
-                    &mut session,
-                    &records,
-                    &s,
-                    &folder,
-                    &clock,
-                ))
-                .map_err(|e| format!("question {}: {e}", records[0].id))?;
-                let lines: String = answers.iter().map(eval::journal_line).collect();
-                journal
-                    .write_all(lines.as_bytes())
-                    .and_then(|()| journal.flush())
-                    .map_err(|e| err(&journal_path, e))?;
-                n += answers.len();
-                done.extend(answers);
-                let elapsed = clock.now_ms() / 1000.0;
-                let rate = n as f64 / elapsed.max(1e-9);
-                eprintln!(
-                    "{}/{} answered, {:.2} q/s, ETA {:.0} s",
-                    n,
-                    todo.len(),
-                    rate,
-                    (todo.len() - n) as f64 / rate
-                );
-            }
+            let mut journal = FileJournal(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&journal_path)
+                    .map_err(|e| err(&journal_path, e))?,
+                journal_path.clone(),
+            );
+            pollster::block_on(eval::run::run(
+                &mut Session::new(&model),
+                &split,
+                &scope,
+                &s,
+                &mut done,
+                &folder,
+                &Wall(Instant::now()),
+                &mut journal,
+                &mut StderrProgress,
+            ))
+            .map_err(|e| e.to_string())?;
             let report = eval::report(&split, &done, &s, in_scope);
+            eprintln!("{}", report.accounting());
             let mut info = vec![
                 ("text model", m.model.display().to_string()),
                 ("text model SHA-256", file_sha256(&m.model)?),
@@ -597,7 +616,9 @@ fn run(cli: Cli) -> Result<(), String> {
             let o = &report.official.overall;
             println!(
                 "{}",
-                serde_json::json!({"answered": report.answered, "in_scope": in_scope, "accuracy": o.accuracy,
+                serde_json::json!({"answered": report.answered, "in_scope": in_scope,
+                    "rejected_records": report.rejected_records.len(), "unanswerable": report.unanswerable.len(),
+                    "accuracy": o.accuracy,
                     "ci": [o.ci_low, o.ci_high], "failed_extractions": report.official.failed_extractions})
             );
         }

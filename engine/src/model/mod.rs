@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod decoder;
+pub mod footprint;
 pub mod fused;
 pub mod load;
 pub mod nn;
@@ -71,6 +72,9 @@ pub enum ModelError {
     /// Reading results back from the device failed.
     #[error("reading results from the device failed: {0}")]
     Readback(String),
+    /// The device refused queued work (e.g. it was lost).
+    #[error("the device failed: {0}")]
+    Device(String),
     /// A prompt problem (too many images, unknown tokens...).
     #[error("{0}")]
     Prompt(String),

@@ -11,9 +11,13 @@
 //! conformance bound (`conformance::check_matmul`) holds it to that.
 //!
 //! x86-64 CPUs with AVX2 and FMA get a copy of the loops written with their 8-lane
-//! instructions (chosen at run time, so one binary serves every x86-64 machine); elsewhere the
-//! same loops run on plain arrays of eight lanes, which the compiler vectorises as it can. The
-//! lanes are explicit because the compiler left the AVX2 copy's multiply–adds scalar.
+//! instructions (chosen at run time, so one binary serves every x86-64 machine); WebAssembly
+//! built with SIMD128 (`.cargo/config.toml`; every current browser has it, and wasm has no run-time
+//! choice) runs them on pairs of 4-lane vectors; elsewhere the same loops run on plain arrays of
+//! eight lanes, which the compiler vectorises as it can. The lanes are explicit because the
+//! compiler left the AVX2 copy's multiply–adds scalar. The SIMD128 lanes multiply and add
+//! separately (the base instruction set has no fused form), exactly as the plain arrays do, so
+//! in wasm both give the same bits.
 
 // The decoders index several arrays in lockstep, as ggml's reference loops do.
 #![allow(clippy::needless_range_loop)]
@@ -59,6 +63,16 @@ pub fn dot_rows(ty: GgmlType, words: &[u32], x: &Activations, out: &mut [f32]) {
         unsafe { dot_rows_avx2(ty, words, x, out) };
         return;
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return by_type::<simd128::Lanes>(ty, words, x, out);
+    #[allow(unreachable_code)]
+    by_type::<Portable>(ty, words, x, out);
+}
+
+/// [`dot_rows`] on the plain 8-lane arrays, whatever the target has: the reference the
+/// instruction-set copies are tested against.
+#[doc(hidden)]
+pub fn dot_rows_portable(ty: GgmlType, words: &[u32], x: &Activations, out: &mut [f32]) {
     by_type::<Portable>(ty, words, x, out);
 }
 
@@ -178,6 +192,55 @@ mod avx2 {
                 let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
                 _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)))
             }
+        }
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128 {
+    use core::arch::wasm32::*;
+
+    /// Eight lanes as two 128-bit vectors (lanes 0–3, 4–7). The build enables SIMD128 for the
+    /// whole module, so there is nothing to detect at run time.
+    #[derive(Clone, Copy)]
+    pub struct Lanes(v128, v128);
+
+    impl super::Lanes for Lanes {
+        #[inline(always)]
+        fn zero() -> Self {
+            Lanes(f32x4_splat(0.0), f32x4_splat(0.0))
+        }
+        #[inline(always)]
+        fn splat(v: f32) -> Self {
+            Lanes(f32x4_splat(v), f32x4_splat(v))
+        }
+        #[inline(always)]
+        fn load(s: &[f32; 8]) -> Self {
+            // SAFETY: `s` holds eight f32 (two unaligned 16-byte loads stay inside it).
+            unsafe {
+                Lanes(
+                    v128_load(s.as_ptr().cast()),
+                    v128_load(s.as_ptr().add(4).cast()),
+                )
+            }
+        }
+        #[inline(always)]
+        fn mul_add(a: Self, b: Self, c: Self) -> Self {
+            Lanes(
+                f32x4_add(f32x4_mul(a.0, b.0), c.0),
+                f32x4_add(f32x4_mul(a.1, b.1), c.1),
+            )
+        }
+        #[inline(always)]
+        fn add(a: Self, b: Self) -> Self {
+            Lanes(f32x4_add(a.0, b.0), f32x4_add(a.1, b.1))
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            // The plain arrays' order: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+            let h = f32x4_add(self.0, self.1);
+            (f32x4_extract_lane::<0>(h) + f32x4_extract_lane::<2>(h))
+                + (f32x4_extract_lane::<1>(h) + f32x4_extract_lane::<3>(h))
         }
     }
 }

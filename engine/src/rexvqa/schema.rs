@@ -189,8 +189,8 @@ pub struct Record {
     pub raw: Box<RawValue>,
 }
 
-/// A record that could not be used, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A record that could not be used (or a question that could not be asked), and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rejected {
     /// The question id.
     pub id: String,

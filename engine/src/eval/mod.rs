@@ -8,10 +8,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::image::Policy;
 use crate::model::ModelError;
-use crate::rexvqa::{Letter, Record, Scope, Split, resolve_image_path};
+use crate::rexvqa::{Letter, Record, Rejected, Scope, Split, resolve_image_path};
 use crate::score::{self, Extraction, Prediction, Report};
 use crate::session::{Mode, OptionScores, Session, record_prompt};
 use burn::tensor::Tensor;
+
+pub mod run;
 
 /// Tokens the official mode may generate (ref: ReXrank MedGemma script, max_new_tokens=256).
 pub const OFFICIAL_MAX_NEW_TOKENS: usize = 256;
@@ -27,6 +29,21 @@ pub struct Settings {
     pub all_images: bool,
     /// Tokens generated at most in official mode.
     pub max_new_tokens: usize,
+    /// Answer a question none of whose images can be used, text only (by default it is listed
+    /// as unanswerable and left out of accuracy).
+    #[serde(default)]
+    pub answer_without_image: bool,
+}
+
+impl Settings {
+    /// What happens to a question without a usable image, in words.
+    pub fn without_image_policy(&self) -> &'static str {
+        if self.answer_without_image {
+            "answered text only by setting"
+        } else {
+            "left out of accuracy"
+        }
+    }
 }
 
 impl Default for Settings {
@@ -36,6 +53,7 @@ impl Default for Settings {
             policy: Policy::Scale,
             all_images: false,
             max_new_tokens: OFFICIAL_MAX_NEW_TOKENS,
+            answer_without_image: false,
         }
     }
 }
@@ -53,9 +71,13 @@ pub struct Answer {
     pub response: String,
     /// Option probabilities A.. (fast mode).
     pub probs: Option<Vec<f32>>,
-    /// Images that could not be read, if any (the question is then answered without them).
+    /// Images that could not be used (no path, a refused path, a missing or undecodable file).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_images: Vec<String>,
+    /// Why the question was not asked: none of its images could be used (and the settings do not
+    /// answer such questions text only). Such a question counts in no accuracy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unanswerable: Option<String>,
     /// Wall time for this question in milliseconds.
     pub ms: f64,
 }
@@ -74,12 +96,34 @@ pub trait Clock {
 
 /// Image paths a question uses under the settings (first image only, or all views).
 pub fn image_paths(r: &Record, s: &Settings) -> Vec<String> {
+    checked_image_paths(r, s).0
+}
+
+/// The usable paths of [`image_paths`] and, for each listed path that is refused (empty, or
+/// leaving the dataset folder), the problem; a record that lists no image is a problem too.
+fn checked_image_paths(r: &Record, s: &Settings) -> (Vec<String>, Vec<String>) {
+    if r.image_paths.is_empty() {
+        return (Vec::new(), vec!["the record lists no image".into()]);
+    }
     let take = if s.all_images { usize::MAX } else { 1 };
-    r.image_paths
-        .iter()
-        .take(take)
-        .filter_map(|p| resolve_image_path(p))
-        .collect()
+    let mut ok = Vec::new();
+    let mut problems = Vec::new();
+    for p in r.image_paths.iter().take(take) {
+        match resolve_image_path(p) {
+            Some(path) => ok.push(path),
+            None => problems.push(format!(
+                "image path {p:?} refused (empty, or outside the dataset folder)"
+            )),
+        }
+    }
+    (ok, problems)
+}
+
+/// Why `r` cannot be asked: every image it would use is unusable (`feats` is empty while
+/// `problems` names them) and the settings do not answer such questions text only.
+fn unanswerable_reason(feats: &[Tensor<2>], problems: &[String], s: &Settings) -> Option<String> {
+    (feats.is_empty() && !problems.is_empty() && !s.answer_without_image)
+        .then(|| format!("no usable image: {}", problems.join("; ")))
 }
 
 /// Answers one question. Images are encoded once per study (the session caches them); a
@@ -94,9 +138,13 @@ pub async fn answer(
 ) -> Result<Answer, ModelError> {
     let t0 = clock.now_ms();
     let (feats, missing) = features(session, r, s, images).await?;
+    let mut a = unanswered(r, missing);
+    if let Some(reason) = unanswerable_reason(&feats, &a.missing_images, s) {
+        a.unanswerable = Some(reason);
+        return Ok(a);
+    }
     let ids = record_prompt(session.model(), r, feats.len())?;
     let letters = letters_of(r);
-    let mut a = unanswered(r, missing);
     match s.mode {
         Mode::Fast => {
             let sc = session.score_options(&ids, &feats, &letters).await?;
@@ -144,6 +192,15 @@ pub async fn answer_study(
     }
     let t0 = clock.now_ms();
     let (feats, missing) = features(session, records[0], s, images).await?;
+    if let Some(reason) = unanswerable_reason(&feats, &missing, s) {
+        return Ok(records
+            .iter()
+            .map(|r| Answer {
+                unanswerable: Some(reason.clone()),
+                ..unanswered(r, missing.clone())
+            })
+            .collect());
+    }
     let mut prompts = Vec::with_capacity(records.len());
     for r in records {
         prompts.push((
@@ -197,6 +254,7 @@ fn unanswered(r: &Record, missing_images: Vec<String>) -> Answer {
         response: String::new(),
         probs: None,
         missing_images,
+        unanswerable: None,
         ms: 0.0,
     }
 }
@@ -217,8 +275,8 @@ pub async fn features(
     images: &impl ImageStore,
 ) -> Result<(Vec<Tensor<2>>, Vec<String>), ModelError> {
     let mut feats = Vec::new();
-    let mut missing = Vec::new();
-    for path in image_paths(r, s) {
+    let (paths, mut missing) = checked_image_paths(r, s);
+    for path in paths {
         let key = format!("{path}|{}", s.policy.name());
         if let Some(f) = session.cached_image(&key) {
             feats.push(f);
@@ -271,15 +329,23 @@ pub fn pending(
 pub struct EvalReport {
     /// The run's settings.
     pub settings: Settings,
-    /// Questions answered.
+    /// Questions answered (unanswerable ones not counted).
     pub answered: usize,
     /// Questions in scope.
     pub in_scope: usize,
+    /// Records of the split file the parser rejected (never in any scope), with the reason.
+    #[serde(default)]
+    pub rejected_records: Vec<Rejected>,
+    /// Questions not asked because none of their images could be used, with the reason; they
+    /// count in no accuracy.
+    #[serde(default)]
+    pub unanswerable: Vec<Rejected>,
     /// Scores with the official extraction (fast mode: the best option).
     pub official: Report,
     /// Scores with the robust extraction.
     pub robust: Report,
-    /// Questions answered with at least one image missing.
+    /// Questions answered with at least one image missing (or, with `answer_without_image`,
+    /// with none).
     pub missing_images: usize,
     /// Mean time per question in milliseconds.
     pub mean_ms: f64,
@@ -292,8 +358,10 @@ pub fn report(
     settings: &Settings,
     in_scope: usize,
 ) -> EvalReport {
+    let (asked, skipped): (Vec<&Answer>, Vec<&Answer>) =
+        answers.iter().partition(|a| a.unanswerable.is_none());
     let preds = |robust: bool| -> Vec<Prediction> {
-        answers
+        asked
             .iter()
             .filter_map(|a| {
                 let r = split.get(&a.id)?;
@@ -306,19 +374,41 @@ pub fn report(
     };
     EvalReport {
         settings: settings.clone(),
-        answered: answers.len(),
+        answered: asked.len(),
         in_scope,
+        rejected_records: split.rejected.clone(),
+        unanswerable: skipped
+            .iter()
+            .map(|a| Rejected {
+                id: a.id.clone(),
+                reason: a.unanswerable.clone().unwrap_or_default(),
+            })
+            .collect(),
         official: score::report(&preds(false)),
         robust: score::report(&preds(true)),
-        missing_images: answers
+        missing_images: asked
             .iter()
             .filter(|a| !a.missing_images.is_empty())
             .count(),
-        mean_ms: if answers.is_empty() {
+        mean_ms: if asked.is_empty() {
             0.0
         } else {
-            answers.iter().map(|a| a.ms).sum::<f64>() / answers.len() as f64
+            asked.iter().map(|a| a.ms).sum::<f64>() / asked.len() as f64
         },
+    }
+}
+
+impl EvalReport {
+    /// One line on what the scores leave out: rejected records and unanswerable questions.
+    pub fn accounting(&self) -> String {
+        format!(
+            "answered {} of {}; {} record(s) rejected by the split parser, {} question(s) unanswerable (no usable image; {})",
+            self.answered,
+            self.in_scope,
+            self.rejected_records.len(),
+            self.unanswerable.len(),
+            self.settings.without_image_policy()
+        )
     }
 }
 
@@ -331,11 +421,20 @@ pub fn leaderboard(
         .iter()
         .map(|a| (a.id.clone(), a.prediction, a.response.clone()))
         .collect();
-    score::leaderboard(split, &rows)
+    let mut out = score::leaderboard(split, &rows);
+    // Kept in the file (so that merged shards still name them), marked so no score counts them.
+    for a in answers {
+        if let (Some(reason), Some(serde_json::Value::Object(o))) =
+            (&a.unanswerable, out.get_mut(&a.id))
+        {
+            o.insert(score::UNANSWERABLE_KEY.into(), reason.clone().into());
+        }
+    }
+    out
 }
 
 /// Published figures to compare with (public/reference_figures.json).
-pub const REFERENCE_FIGURES: &str = include_str!("../../public/reference_figures.json");
+pub const REFERENCE_FIGURES: &str = include_str!("../../../public/reference_figures.json");
 
 fn pct(x: f64) -> String {
     format!("{:.2}", 100.0 * x)
@@ -361,6 +460,14 @@ pub fn markdown(r: &EvalReport, run_info: &[(&str, String)]) -> String {
             },
         ),
         ("answered", format!("{} of {}", r.answered, r.in_scope)),
+        (
+            "records rejected by the split parser",
+            r.rejected_records.len().to_string(),
+        ),
+        (
+            "questions unanswerable (no usable image)",
+            format!("{} ({})", r.unanswerable.len(), s.without_image_policy()),
+        ),
         (
             "questions with a missing image",
             r.missing_images.to_string(),
@@ -407,6 +514,21 @@ pub fn markdown(r: &EvalReport, run_info: &[(&str, String)]) -> String {
             fig("paper"),
             fig("leaderboard")
         ));
+    }
+    for (title, rows) in [
+        ("Records rejected by the split parser", &r.rejected_records),
+        ("Unanswerable questions", &r.unanswerable),
+    ] {
+        if !rows.is_empty() {
+            md.push_str(&format!("\n## {title}\n\n| id | reason |\n|---|---|\n"));
+            for x in rows {
+                md.push_str(&format!(
+                    "| {} | {} |\n",
+                    x.id,
+                    x.reason.replace('|', "\\|")
+                ));
+            }
+        }
     }
     md.push_str("\n## Per category\n\n| category | accuracy % | 95% CI | n |\n|---|---|---|---|\n");
     for (cat, c) in &r.official.per_category {

@@ -1,0 +1,32 @@
+// End-to-end: a request made while the worker is still starting is not lost. The import is
+// clicked straight after navigation (before the worker has said it is ready); it shows progress at
+// once and still imports and loads the model.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { FIX, SLOW, servedApp, tab } from './steps.mjs';
+
+const open = servedApp();
+
+test('an import clicked during start-up is queued, shows progress at once, and completes', async () => {
+  const { page, problems } = await open();
+  // Hold the worker's wasm back for 4 s (a slow machine compiling a large release wasm) and
+  // reload: the click below then certainly comes before the worker is ready.
+  let held = false;
+  await page.route(/worker[^/]*_bg\.wasm$/, async (route) => {
+    held = true;
+    await new Promise((ok) => setTimeout(ok, 4000));
+    await route.continue();
+  });
+  await page.reload();
+  await tab(page, 'model');
+  await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
+  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
+  await page.getByTestId('model-import').click();
+  // Visible feedback within 100 ms of the click.
+  await page.getByTestId('progress').waitFor({ timeout: 100 });
+  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
+  assert.ok(held, 'the worker wasm was requested and held back');
+  assert.equal(await page.getByTestId('stored-models').locator('tbody tr').count(), 2);
+  assert.deepEqual(problems, []);
+});
