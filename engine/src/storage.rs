@@ -43,7 +43,9 @@ pub struct NoRoom {
 /// be generous, and the disk can fill while a copy runs).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "not enough browser storage for {what}: the browser refused a write after {} of {}      ({} still to copy; it reports {} used of {}). Delete stored models or runs on this page, or      free disk space, then try again: the copy resumes where it stopped.",
+    "not enough browser storage for {what}: the browser refused a write after {} of {} \
+     ({} still to copy; it reports {} used of {}). Delete stored models or runs on this page, or \
+     free disk space, then try again: the copy resumes where it stopped.",
     human_bytes(*done as f64),
     human_bytes(*total as f64),
     human_bytes(total.saturating_sub(*done) as f64),
