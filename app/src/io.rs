@@ -3,7 +3,7 @@
 //! Reached through `Reflect` where web-sys has no stable binding.
 
 use js_sys::{Object, Promise, Reflect, Uint8Array};
-use rexvqa_engine::gguf::{RangeSource, SourceError};
+use rexvqa_engine::gguf::{RangeSource, SourceError, check_range};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::Blob;
@@ -92,17 +92,10 @@ impl RangeSource for BlobSource {
     }
 
     async fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>, SourceError> {
-        let end = offset + len as u64;
-        if end > self.size {
-            return Err(SourceError::OutOfRange {
-                offset,
-                end,
-                size: self.size,
-            });
-        }
+        check_range(offset, len, self.size)?;
         let part = self
             .blob
-            .slice_with_f64_and_f64(offset as f64, end as f64)
+            .slice_with_f64_and_f64(offset as f64, (offset + len as u64) as f64)
             .map_err(|e| SourceError::Other(describe(&e)))?;
         read_blob(&part).await.map_err(SourceError::Other)
     }
@@ -130,14 +123,7 @@ impl RangeSource for OpfsSource {
     }
 
     async fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>, SourceError> {
-        let end = offset + len as u64;
-        if end > self.size {
-            return Err(SourceError::OutOfRange {
-                offset,
-                end,
-                size: self.size,
-            });
-        }
+        check_range(offset, len, self.size)?;
         self.file.read_at(offset, len).map_err(SourceError::Other)
     }
 }

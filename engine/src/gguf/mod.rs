@@ -11,7 +11,7 @@ pub mod write;
 use std::collections::{BTreeMap, HashMap};
 
 pub use parse::{DEFAULT_ALIGNMENT, MAX_DIMS};
-pub use source::{FileSource, RangeSource, SliceSource, SourceError, SyncSource};
+pub use source::{FileSource, RangeSource, SliceSource, SourceError, SyncSource, check_range};
 pub use types::GgmlType;
 pub use value::{Array, Value};
 

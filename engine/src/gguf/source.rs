@@ -44,7 +44,8 @@ pub trait RangeSource {
     ) -> impl Future<Output = Result<Vec<u8>, SourceError>>;
 }
 
-fn check_range(offset: u64, len: usize, size: u64) -> Result<(), SourceError> {
+/// `OutOfRange` unless `offset..offset + len` lies inside a source of `size` bytes.
+pub fn check_range(offset: u64, len: usize, size: u64) -> Result<(), SourceError> {
     let end = offset.saturating_add(len as u64);
     if end > size {
         return Err(SourceError::OutOfRange { offset, end, size });
