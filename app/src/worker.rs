@@ -203,7 +203,7 @@ struct FileMeta {
 }
 
 /// The stored file's SHA-256: from its meta file, or computed now (with progress) and kept.
-async fn stored_sha256(dir: &Dir, name: &str, src: &BlobSource) -> Result<String, String> {
+async fn stored_sha256(dir: &Dir, name: &str, src: &impl RangeSource) -> Result<String, String> {
     let meta_name = format!("{name}.meta.json");
     let mut meta: FileMeta = match dir.read_text(&meta_name).await {
         Ok(t) => serde_json::from_str(&t).map_err(|e| format!("{meta_name}: {e}"))?,
@@ -282,16 +282,19 @@ async fn storage_estimate() -> Option<(f64, f64)> {
     g("usage").zip(g("quota"))
 }
 
+/// How a stored copy names the file it came from (name and modification time).
+fn file_source(file: &File) -> String {
+    format!("{}|{}", file.name(), file.last_modified())
+}
+
 /// Bytes of `file` already stored as `name` by an earlier, interrupted copy of the same file.
 async fn copied_before(dir: &Dir, name: &str, file: &File) -> u64 {
     let prev: Option<FileMeta> = match dir.read_text(&format!("{name}.meta.json")).await {
         Ok(t) => serde_json::from_str(&t).ok(),
         Err(_) => None,
     };
-    let same = prev.is_some_and(|p| {
-        p.source == format!("{}|{}", file.name(), file.last_modified())
-            && p.expected == file.size() as u64
-    });
+    let same =
+        prev.is_some_and(|p| p.source == file_source(file) && p.expected == file.size() as u64);
     match dir.blob(name).await {
         Ok(b) if same => (b.size() as u64).min(file.size() as u64),
         _ => 0,
@@ -368,7 +371,7 @@ async fn store_file(dir: &Dir, name: &str, file: &File, arch: &str) -> Result<()
     let meta = FileMeta {
         expected: total,
         architecture: arch.into(),
-        source: format!("{}|{}", file.name(), file.last_modified()),
+        source: file_source(file),
         sha256: None,
     };
     let mut done = copied_before(dir, name, file).await;
@@ -539,9 +542,11 @@ async fn choose_device() -> Result<(rexvqa_engine::device::Device, String), Stri
 
 async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, String> {
     let dir = models_dir().await?;
-    let text_src = BlobSource::new(dir.blob(text).await?);
+    // One source per file for headers, hash and weights: synchronous handles read straight into
+    // wasm memory (no JS copy per read); they lock the files until the load is over.
+    let text_src = io::OpfsSource::open(&dir, text).await?;
     let mm_src = match mmproj {
-        Some(m) => Some(BlobSource::new(dir.blob(m).await?)),
+        Some(m) => Some(io::OpfsSource::open(&dir, m).await?),
         None => None,
     };
     // Each header is read once here (the tokenizer's 262k-token vocabulary is in it).
@@ -584,16 +589,9 @@ async fn load_stored(text: &str, mmproj: Option<&str>) -> Result<ModelCard, Stri
             });
         }
     };
-    // The weights stream through synchronous handles straight into wasm memory; the handles
-    // (which lock the files) close when the load is over.
-    let text_file = io::OpfsSource::open(&dir, text).await?;
-    let mm_file = match mmproj {
-        Some(m) => Some(io::OpfsSource::open(&dir, m).await?),
-        None => None,
-    };
     let model = Model::load(
-        &text_file,
-        mm_file.as_ref(),
+        &text_src,
+        mm_src.as_ref(),
         &device,
         &LoadOptions::default(),
         &mut progress,
