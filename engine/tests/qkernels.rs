@@ -1,7 +1,9 @@
 //! Quantised matmul/gather kernels on every native backend against the CPU dequantisation.
 
+#[path = "common/fused_attention.rs"]
+mod fused_attention;
+
 use rexvqa_engine::device;
-use rexvqa_engine::model::fused;
 use rexvqa_engine::quant::conformance::{cases, check_half_forms_agree, check_matmul};
 use rexvqa_engine::quant::ops::{Half, Kernel, allow_software_subgroups, native_half_exact};
 
@@ -87,16 +89,18 @@ fn wgpu_native_f16_kernels_equal_the_integer_ones_bit_for_bit() {
 #[test]
 fn wgpu_fused_attention_matches_an_f64_evaluation() {
     let dev = gpu();
-    for (i, (shape, window)) in fused::CASES.into_iter().enumerate() {
+    for (i, (shape, window)) in fused_attention::CASES.into_iter().enumerate() {
         let t0 = std::time::Instant::now();
-        let err =
-            pollster::block_on(fused::max_error_vs_f64(&dev, shape, window, i as u64)).unwrap();
+        let err = pollster::block_on(fused_attention::max_error_vs_f64(
+            &dev, shape, window, i as u64,
+        ))
+        .unwrap();
         eprintln!(
             "fused attention {shape:?} window {window:?}: max |Δ| {err:.2e} ({:.2} s)",
             t0.elapsed().as_secs_f64()
         );
         assert!(
-            err < fused::TOLERANCE,
+            err < fused_attention::TOLERANCE,
             "{shape:?} window {window:?}: max |Δ| {err:e}"
         );
     }

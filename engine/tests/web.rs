@@ -9,6 +9,9 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
+#[path = "common/fused_attention.rs"]
+mod fused_attention;
+
 #[wasm_bindgen_test]
 async fn gguf_reads_asynchronously_in_the_browser() {
     let bytes = Writer::new()
@@ -73,10 +76,10 @@ fn cpu_dot_products_with_simd128_equal_the_portable_loops() {
 mod model_in_browser {
     use std::io::Read;
 
+    use super::fused_attention;
     use rexvqa_engine::device;
     use rexvqa_engine::gguf::SliceSource;
     use rexvqa_engine::image::Policy;
-    use rexvqa_engine::model::fused;
     use rexvqa_engine::model::nn::read_f32;
     use rexvqa_engine::quant::conformance::{cases, check_matmul};
     use rexvqa_engine::quant::ops::{Half, Kernel};
@@ -153,12 +156,12 @@ mod model_in_browser {
     #[wasm_bindgen_test]
     async fn fused_attention_matches_an_f64_evaluation_on_webgpu() {
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
-        for (i, (shape, window)) in fused::CASES.into_iter().enumerate() {
-            let err = fused::max_error_vs_f64(&dev, shape, window, i as u64)
+        for (i, (shape, window)) in fused_attention::CASES.into_iter().enumerate() {
+            let err = fused_attention::max_error_vs_f64(&dev, shape, window, i as u64)
                 .await
                 .unwrap();
             assert!(
-                err < fused::TOLERANCE,
+                err < fused_attention::TOLERANCE,
                 "{shape:?} window {window:?}: max |Δ| {err:e}"
             );
         }

@@ -7,28 +7,44 @@ use std::ops::Range;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::ModelError;
+use super::attention::segmented_attention;
 use super::config::TextConfig;
+use super::kv_cache::KvCache;
 use super::load::Loader;
-use super::nn::{apply_rope, attention, gelu_tanh, rms_norm, rope_tables};
+use super::names::{self, Block, blk};
+use super::nn::{apply_rope, gelu_tanh, rms_norm, rope_tables};
+use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
 use crate::quant::ops::QMatrix;
 use crate::tokenizer::ids;
 
-/// One decoder layer; fields follow the GGUF names `blk.N.*`.
+/// Self-attention of one layer (`blk.N.attn_*`): GQA with per-head q/k RMSNorm and RoPE.
 #[derive(Debug, Clone)]
-pub struct Layer {
-    attn_norm: Tensor<1>,
+struct Attention {
     attn_q: QMatrix,
     attn_k: QMatrix,
     attn_v: QMatrix,
     attn_q_norm: Tensor<1>,
     attn_k_norm: Tensor<1>,
     attn_output: QMatrix,
-    post_attention_norm: Tensor<1>,
-    ffn_norm: Tensor<1>,
+}
+
+/// The gated MLP of one layer (`blk.N.ffn_*`): `down(gelu_tanh(gate(x)) · up(x))`.
+#[derive(Debug, Clone)]
+struct Mlp {
     ffn_gate: QMatrix,
     ffn_up: QMatrix,
     ffn_down: QMatrix,
+}
+
+/// One decoder layer; fields follow the GGUF names `blk.N.*`, in forward order.
+#[derive(Debug, Clone)]
+struct Layer {
+    attn_norm: Tensor<1>,
+    attn: Attention,
+    post_attention_norm: Tensor<1>,
+    ffn_norm: Tensor<1>,
+    ffn: Mlp,
     post_ffw_norm: Tensor<1>,
 }
 
@@ -43,45 +59,14 @@ pub struct Decoder {
     device: Device,
 }
 
-/// Keys and values of every layer for the positions seen so far.
-#[derive(Debug, Clone)]
-pub struct KvCache {
-    layers: Vec<Option<(Tensor<3>, Tensor<3>)>>,
-    /// Positions already in the cache.
-    pub len: usize,
-    /// Absolute position ranges of image soft tokens (each attends bidirectionally within).
-    image_spans: Vec<Range<usize>>,
-}
-
-impl KvCache {
-    /// An empty cache for `layers` layers.
-    pub fn new(layers: usize) -> KvCache {
-        KvCache {
-            layers: vec![None; layers],
-            len: 0,
-            image_spans: Vec::new(),
-        }
-    }
-
-    /// Keeps the first `len` positions. The cut must not fall inside an image run: those
-    /// positions attend to later image tokens, so their keys would be wrong without them.
-    pub fn truncate(&mut self, len: usize) {
-        if len >= self.len {
-            return;
-        }
-        for l in self.layers.iter_mut() {
-            *l = if len == 0 {
-                None
-            } else {
-                l.take().map(|(k, v)| {
-                    let [h, _, d] = k.dims();
-                    (k.slice([0..h, 0..len, 0..d]), v.slice([0..h, 0..len, 0..d]))
-                })
-            };
-        }
-        self.image_spans.retain(|s| s.end <= len);
-        self.len = len;
-    }
+/// What the layers of one kind (global or sliding) share in one pass.
+struct LayerInputs<'a> {
+    cfg: &'a TextConfig,
+    /// RoPE `(cos, sin)`, each `[t, 1, head_dim/2]`.
+    rope: &'a (Tensor<3>, Tensor<3>),
+    /// Rows of `x` that continue the cache independently, each with its mask
+    /// `[rows, cached + rows]` (one segment: an ordinary continuation).
+    segments: &'a [(Range<usize>, Tensor<2>)],
 }
 
 /// Additive attention mask for queries at `q0..q0+t` over keys `0..q0+t` (0 = attend, −∞ = not).
@@ -106,51 +91,40 @@ pub fn mask_values(q0: usize, t: usize, spans: &[Range<usize>], window: Option<u
     m
 }
 
-impl Layer {
+impl Attention {
     async fn load<S: RangeSource>(
         l: &mut Loader<'_, S>,
-        i: usize,
+        b: &Block,
         c: &TextConfig,
-    ) -> Result<Layer, ModelError> {
-        let n = |s: &str| format!("blk.{i}.{s}");
+    ) -> Result<Attention, ModelError> {
         let (h, q_dim, kv_dim) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        Ok(Layer {
-            attn_norm: l.vector(&n("attn_norm.weight"), h).await?,
-            attn_q: l.qmatrix(&n("attn_q.weight"), q_dim, h).await?,
-            attn_k: l.qmatrix(&n("attn_k.weight"), kv_dim, h).await?,
-            attn_v: l.qmatrix(&n("attn_v.weight"), kv_dim, h).await?,
-            attn_q_norm: l.vector(&n("attn_q_norm.weight"), c.head_dim).await?,
-            attn_k_norm: l.vector(&n("attn_k_norm.weight"), c.head_dim).await?,
-            attn_output: l.qmatrix(&n("attn_output.weight"), h, q_dim).await?,
-            post_attention_norm: l.vector(&n("post_attention_norm.weight"), h).await?,
-            ffn_norm: l.vector(&n("ffn_norm.weight"), h).await?,
-            ffn_gate: l.qmatrix(&n("ffn_gate.weight"), c.ffn, h).await?,
-            ffn_up: l.qmatrix(&n("ffn_up.weight"), c.ffn, h).await?,
-            ffn_down: l.qmatrix(&n("ffn_down.weight"), h, c.ffn).await?,
-            post_ffw_norm: l.vector(&n("post_ffw_norm.weight"), h).await?,
+        Ok(Attention {
+            attn_q: l.qmatrix(&b.weight(blk::ATTN_Q), q_dim, h).await?,
+            attn_k: l.qmatrix(&b.weight(blk::ATTN_K), kv_dim, h).await?,
+            attn_v: l.qmatrix(&b.weight(blk::ATTN_V), kv_dim, h).await?,
+            attn_q_norm: l.vector(&b.weight(blk::ATTN_Q_NORM), c.head_dim).await?,
+            attn_k_norm: l.vector(&b.weight(blk::ATTN_K_NORM), c.head_dim).await?,
+            attn_output: l.qmatrix(&b.weight(blk::ATTN_OUTPUT), h, q_dim).await?,
         })
     }
 
-    /// `segments` split the rows of `x` into runs that attend to the cached keys and to their
-    /// own keys only, each with its mask (one segment: an ordinary continuation).
+    /// Attends the normed rows `xn` to the cached keys and their own; appends their keys and
+    /// values to `cache`.
     ///
     /// # Shapes
-    /// `x`: `[t, hidden]` → `[t, hidden]`; `cos`/`sin`: `[t, 1, head_dim/2]`; mask of segment
-    /// `r`: `[r.len(), cached + r.len()]`.
+    /// `xn`: `[t, hidden]` → `[t, hidden]` (after the output projection).
     fn forward(
         &self,
-        x: Tensor<2>,
-        c: &TextConfig,
-        rope: &(Tensor<3>, Tensor<3>),
-        segments: &[(Range<usize>, Tensor<2>)],
+        xn: Tensor<2>,
+        p: &LayerInputs<'_>,
         cache: &mut Option<(Tensor<3>, Tensor<3>)>,
     ) -> Tensor<2> {
-        let [t, _] = x.dims();
-        let xn = rms_norm(x.clone(), &self.attn_norm, c.eps);
+        let c = p.cfg;
+        let [t, _] = xn.dims();
         let heads = |m: &QMatrix, n: usize, norm: Option<&Tensor<1>>| {
             let y = m.matmul(xn.clone()).reshape([t, n, c.head_dim]);
             match norm {
-                Some(w) => apply_rope(rms_norm(y, w, c.eps), &rope.0, &rope.1),
+                Some(w) => apply_rope(rms_norm(y, w, c.eps), &p.rope.0, &p.rope.1),
                 None => y,
             }
         };
@@ -165,41 +139,86 @@ impl Layer {
         };
         *cache = Some((k.clone(), v.clone()));
         let g = c.heads / c.kv_heads;
-        let a = match segments {
-            [(_, mask)] => attention(q, k, v, Some(mask.clone()), g, c.attn_scale),
-            _ => {
-                // Each segment attends to the cached keys and its own: no score is computed
-                // for the pairs the mask would discard anyway.
-                let (hq, hk, d) = (c.heads, c.kv_heads, c.head_dim);
-                let own = |x: &Tensor<3>, r: &Range<usize>| {
-                    let mine = x.clone().slice([0..hk, q0 + r.start..q0 + r.end, 0..d]);
-                    match q0 {
-                        0 => mine,
-                        _ => Tensor::cat(vec![x.clone().slice([0..hk, 0..q0, 0..d]), mine], 1),
-                    }
-                };
-                let parts = segments
-                    .iter()
-                    .map(|(r, mask)| {
-                        let qs = q.clone().slice([0..hq, r.clone(), 0..d]);
-                        attention(
-                            qs,
-                            own(&k, r),
-                            own(&v, r),
-                            Some(mask.clone()),
-                            g,
-                            c.attn_scale,
-                        )
-                    })
-                    .collect();
-                Tensor::cat(parts, 1)
-            }
-        };
+        let a = segmented_attention(q, k, v, q0, p.segments, g, c.attn_scale);
         let a = a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]);
-        let h = x + rms_norm(self.attn_output.matmul(a), &self.post_attention_norm, c.eps);
-        let hn = rms_norm(h.clone(), &self.ffn_norm, c.eps);
-        let mlp = gelu_tanh(self.ffn_gate.matmul(hn.clone())) * self.ffn_up.matmul(hn);
-        h + rms_norm(self.ffn_down.matmul(mlp), &self.post_ffw_norm, c.eps)
+        self.attn_output.matmul(a)
+    }
+}
+
+impl Mlp {
+    async fn load<S: RangeSource>(
+        l: &mut Loader<'_, S>,
+        b: &Block,
+        c: &TextConfig,
+    ) -> Result<Mlp, ModelError> {
+        Ok(Mlp {
+            ffn_gate: l.qmatrix(&b.weight(blk::FFN_GATE), c.ffn, c.hidden).await?,
+            ffn_up: l.qmatrix(&b.weight(blk::FFN_UP), c.ffn, c.hidden).await?,
+            ffn_down: l.qmatrix(&b.weight(blk::FFN_DOWN), c.hidden, c.ffn).await?,
+        })
+    }
+
+    /// `[t, hidden]` → `[t, hidden]`.
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let gated = gelu_tanh(self.ffn_gate.matmul(x.clone())) * self.ffn_up.matmul(x);
+        self.ffn_down.matmul(gated)
+    }
+}
+
+impl Layer {
+    async fn load<S: RangeSource>(
+        l: &mut Loader<'_, S>,
+        i: usize,
+        c: &TextConfig,
+    ) -> Result<Layer, ModelError> {
+        let b = Block::text(i);
+        let h = c.hidden;
+        Ok(Layer {
+            attn_norm: l.vector(&b.weight(blk::ATTN_NORM), h).await?,
+            attn: Attention::load(l, &b, c).await?,
+            post_attention_norm: l.vector(&b.weight(blk::POST_ATTENTION_NORM), h).await?,
+            ffn_norm: l.vector(&b.weight(blk::FFN_NORM), h).await?,
+            ffn: Mlp::load(l, &b, c).await?,
+            post_ffw_norm: l.vector(&b.weight(blk::POST_FFW_NORM), h).await?,
+        })
+    }
+
+    /// Layer `i` on the residual stream `x`: sandwich-normed attention, then MLP.
+    ///
+    /// # Shapes
+    /// `x`: `[t, hidden]` → `[t, hidden]`.
+    fn forward(
+        &self,
+        i: usize,
+        x: Tensor<2>,
+        p: &LayerInputs<'_>,
+        cache: &mut Option<(Tensor<3>, Tensor<3>)>,
+        tr: &mut dyn Tracer,
+    ) -> Tensor<2> {
+        let eps = p.cfg.eps;
+        let xn = rms_norm(x.clone(), &self.attn_norm, eps);
+        tr.tap(Tap::layer(trace::ATTN_NORM, i), &xn);
+        let a = self.attn.forward(xn, p, cache);
+        tr.tap(Tap::layer(trace::ATTN_OUT, i), &a);
+        let h = x + rms_norm(a, &self.post_attention_norm, eps);
+        let f = self.ffn.forward(rms_norm(h.clone(), &self.ffn_norm, eps));
+        tr.tap(Tap::layer(trace::FFN_OUT, i), &f);
+        let out = h + rms_norm(f, &self.post_ffw_norm, eps);
+        tr.tap(Tap::layer(trace::L_OUT, i), &out);
+        out
+    }
+
+    /// The layer's weight matrices by name, in forward order.
+    fn matrices(&self) -> [(&'static str, &QMatrix); 7] {
+        [
+            (blk::ATTN_Q, &self.attn.attn_q),
+            (blk::ATTN_K, &self.attn.attn_k),
+            (blk::ATTN_V, &self.attn.attn_v),
+            (blk::ATTN_OUTPUT, &self.attn.attn_output),
+            (blk::FFN_GATE, &self.ffn.ffn_gate),
+            (blk::FFN_UP, &self.ffn.ffn_up),
+            (blk::FFN_DOWN, &self.ffn.ffn_down),
+        ]
     }
 }
 
@@ -210,20 +229,24 @@ impl Decoder {
         cfg: TextConfig,
     ) -> Result<Decoder, ModelError> {
         let token_embd = l
-            .qmatrix("token_embd.weight", cfg.vocab, cfg.hidden)
+            .qmatrix(&names::weight(names::TOKEN_EMBD), cfg.vocab, cfg.hidden)
             .await?;
-        if l.info("output.weight", &[cfg.hidden as u64, cfg.vocab as u64])
+        let output = names::weight(names::OUTPUT);
+        if l.info(&output, &[cfg.hidden as u64, cfg.vocab as u64])
             .is_ok()
         {
-            return Err(ModelError::Unsupported(
-                "a separate output.weight (Gemma 3 ties the head to token_embd)".into(),
-            ));
+            return Err(ModelError::Unsupported(format!(
+                "a separate {output} (Gemma 3 ties the head to {})",
+                names::TOKEN_EMBD
+            )));
         }
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
             layers.push(Layer::load(l, i, &cfg).await?);
         }
-        let output_norm = l.vector("output_norm.weight", cfg.hidden).await?;
+        let output_norm = l
+            .vector(&names::weight(names::OUTPUT_NORM), cfg.hidden)
+            .await?;
         Ok(Decoder {
             device: l.device().clone(),
             cfg,
@@ -247,12 +270,25 @@ impl Decoder {
         images: &[Tensor<2>],
         cache: &mut KvCache,
     ) -> Result<Tensor<2>, ModelError> {
+        self.forward_traced(input, images, cache, &mut NoTrace)
+    }
+
+    /// [`Decoder::forward`], handing `tracer` every stage named in [`super::trace`]
+    /// (`inp_scaled`; per layer `attn_norm`, `attn_out`, `ffn_out`, `l_out`; `result_norm`),
+    /// each `[t, width]`.
+    pub fn forward_traced(
+        &self,
+        input: &[u32],
+        images: &[Tensor<2>],
+        cache: &mut KvCache,
+        tracer: &mut dyn Tracer,
+    ) -> Result<Tensor<2>, ModelError> {
         let q0 = cache.len;
         let (x, spans) = self.embed(input, images)?;
         cache
             .image_spans
             .extend(spans.iter().map(|s| s.start + q0..s.end + q0));
-        Ok(self.layers_after(x, cache))
+        Ok(self.layers_after(x, cache, tracer))
     }
 
     /// Embeds `input` (scaled token embeddings, the `images` features `[tokens, hidden]` at the
@@ -325,7 +361,7 @@ impl Decoder {
             .token_embd
             .gather_device(id)
             .mul_scalar((self.cfg.hidden as f32).sqrt());
-        self.layers_after(x, cache)
+        self.layers_after(x, cache, &mut NoTrace)
     }
 
     /// The last hidden state of each of several prompts that continue the prefix in `cache`
@@ -361,7 +397,13 @@ impl Decoder {
             start += n;
         }
         let mut scratch = cache.clone();
-        let h = self.layers(Tensor::cat(xs, 0), &positions, &mut scratch, &segments);
+        let h = self.layers(
+            Tensor::cat(xs, 0),
+            &positions,
+            &mut scratch,
+            &segments,
+            &mut NoTrace,
+        );
         let mut end = 0;
         let last = lens
             .iter()
@@ -375,11 +417,16 @@ impl Decoder {
 
     /// The decoder layers and final norm on embedded inputs `x [t, hidden]` that follow what
     /// `cache` holds (whose image spans already include `x`'s).
-    fn layers_after(&self, x: Tensor<2>, cache: &mut KvCache) -> Tensor<2> {
+    fn layers_after(
+        &self,
+        x: Tensor<2>,
+        cache: &mut KvCache,
+        tracer: &mut dyn Tracer,
+    ) -> Tensor<2> {
         let (q0, t) = (cache.len, x.dims()[0]);
         let positions: Vec<usize> = (q0..q0 + t).collect();
         let segments = [(0..t, cache.image_spans.clone())];
-        self.layers(x, &positions, cache, &segments)
+        self.layers(x, &positions, cache, &segments, tracer)
     }
 
     /// The decoder layers and final norm on `x [t, hidden]` at RoPE `positions`; appends `x`'s
@@ -391,6 +438,7 @@ impl Decoder {
         positions: &[usize],
         cache: &mut KvCache,
         segments: &[(Range<usize>, Vec<Range<usize>>)],
+        tracer: &mut dyn Tracer,
     ) -> Tensor<2> {
         let c = &self.cfg;
         let (q0, t) = (cache.len, x.dims()[0]);
@@ -415,17 +463,25 @@ impl Decoder {
         };
         let mask_global = masks(None);
         let mask_local = (c.sliding_window > 0).then(|| masks(Some(c.sliding_window)));
+        let global = LayerInputs {
+            cfg: c,
+            rope: &rope_global,
+            segments: &mask_global,
+        };
+        let local = LayerInputs {
+            cfg: c,
+            rope: &rope_local,
+            segments: mask_local.as_ref().unwrap_or(&mask_global),
+        };
+        tracer.tap(Tap::at(trace::INP_SCALED), &x);
         for (i, layer) in self.layers.iter().enumerate() {
-            let global = c.is_global(i);
-            let (rope, m) = if global {
-                (&rope_global, &mask_global)
-            } else {
-                (&rope_local, mask_local.as_ref().unwrap_or(&mask_global))
-            };
-            x = layer.forward(x, c, rope, m, &mut cache.layers[i]);
+            let inputs = if c.is_global(i) { &global } else { &local };
+            x = layer.forward(i, x, inputs, &mut cache.layers[i], tracer);
         }
         cache.len += t;
-        rms_norm(x, &self.output_norm, c.eps)
+        let out = rms_norm(x, &self.output_norm, c.eps);
+        tracer.tap(Tap::at(trace::RESULT_NORM), &out);
+        out
     }
 
     fn softcap(&self, logits: Tensor<2>) -> Tensor<2> {
@@ -464,18 +520,11 @@ impl Decoder {
 
     /// The distinct weight matrices of one layer and the tied head, by GGUF name (layers share
     /// shapes and types, so these are what the benchmark times kernel by kernel).
-    pub fn matrices(&self) -> Vec<(&'static str, &QMatrix)> {
-        let mut v = vec![("token_embd", &self.token_embd)];
+    pub fn matrices(&self) -> Vec<(String, &QMatrix)> {
+        let mut v = vec![(names::TOKEN_EMBD.to_string(), &self.token_embd)];
         if let Some(l) = self.layers.first() {
-            v.extend([
-                ("blk.0.attn_q", &l.attn_q),
-                ("blk.0.attn_k", &l.attn_k),
-                ("blk.0.attn_v", &l.attn_v),
-                ("blk.0.attn_output", &l.attn_output),
-                ("blk.0.ffn_gate", &l.ffn_gate),
-                ("blk.0.ffn_up", &l.ffn_up),
-                ("blk.0.ffn_down", &l.ffn_down),
-            ]);
+            let b = Block::text(0);
+            v.extend(l.matrices().map(|(n, m)| (b.name(n), m)));
         }
         v
     }

@@ -9,17 +9,24 @@
 //! - the token embedding doubles as the output head (tied), with the image soft token absent
 //!   from or unused in the vocabulary (its embeddings are injected).
 
+pub mod attention;
 pub mod config;
 pub mod decoder;
 pub mod footprint;
 pub mod fused;
+pub mod kv_cache;
 pub mod load;
+pub mod names;
 pub mod nn;
+pub mod projector;
 pub mod synthetic;
+pub mod trace;
 pub mod vision;
 
 pub use config::{TextConfig, VisionConfig};
-pub use decoder::{Decoder, KvCache};
+pub use decoder::Decoder;
+pub use kv_cache::KvCache;
+pub use trace::{NoTrace, Tap, Tracer};
 pub use vision::Vision;
 
 /// Everything that can go wrong building or running the model.

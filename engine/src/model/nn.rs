@@ -1,7 +1,6 @@
 //! Small numeric building blocks shared by the decoder and the vision tower, each matching
 //! its transformers counterpart operation for operation.
 
-use burn::tensor::activation::softmax;
 use burn::tensor::{Tensor, TensorData};
 
 /// Gemma RMSNorm over the last dimension: `x / sqrt(mean(x²) + eps) · w`, where `w` already
@@ -27,74 +26,6 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     let inner =
         (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
     x.clone().mul_scalar(0.5) * (inner.tanh().add_scalar(1.0))
-}
-
-/// Rows of queries processed at once in attention, so the score matrix of one block stays
-/// well under a storage-buffer binding (128 MiB on many WebGPU adapters).
-const SCORE_BLOCK_BYTES: usize = 32 << 20;
-
-/// Scaled dot-product attention with an optional additive mask: the fused kernel on GPU
-/// devices, blocked GEMMs on the CPU.
-///
-/// # Shapes
-/// - `q`: `[heads, t, d]`, `k`, `v`: `[heads / groups, s, d]`
-/// - `mask`: `[t, s]` with 0 or −∞
-/// - returns `[heads, t, d]`
-pub fn attention(
-    q: Tensor<3>,
-    k: Tensor<3>,
-    v: Tensor<3>,
-    mask: Option<Tensor<2>>,
-    groups: usize,
-    scale: f32,
-) -> Tensor<3> {
-    if super::fused::is_supported(&q.device(), q.dims()[2]) {
-        return super::fused::attention(q, k, v, mask, groups, scale);
-    }
-    blocked_attention(q, expand_kv(k, groups), expand_kv(v, groups), mask, scale)
-}
-
-/// Attention through materialised scores, `rows` queries at a time (KV heads expanded).
-pub fn blocked_attention(
-    q: Tensor<3>,
-    k: Tensor<3>,
-    v: Tensor<3>,
-    mask: Option<Tensor<2>>,
-    scale: f32,
-) -> Tensor<3> {
-    let [heads, t, _] = q.dims();
-    let s = k.dims()[1];
-    let kt = k.swap_dims(1, 2);
-    let rows = (SCORE_BLOCK_BYTES / (heads * s * 4).max(1)).clamp(1, t.max(1));
-    let mut outs = Vec::new();
-    let mut start = 0;
-    while start < t {
-        let end = (start + rows).min(t);
-        let qb = q.clone().slice([0..heads, start..end, 0..q.dims()[2]]);
-        let mut scores = qb.matmul(kt.clone()).mul_scalar(scale);
-        if let Some(m) = &mask {
-            scores = scores + m.clone().slice([start..end, 0..s]).unsqueeze::<3>();
-        }
-        outs.push(softmax(scores, 2).matmul(v.clone()));
-        start = end;
-    }
-    if outs.len() == 1 {
-        outs.pop().expect("one block")
-    } else {
-        Tensor::cat(outs, 1)
-    }
-}
-
-/// Repeats each KV head `groups` times: `[kv, s, d] → [kv·groups, s, d]`, so query head `h`
-/// reads KV head `h / groups` (transformers `repeat_kv`).
-pub fn expand_kv(x: Tensor<3>, groups: usize) -> Tensor<3> {
-    if groups == 1 {
-        return x;
-    }
-    let [kv, s, d] = x.dims();
-    x.unsqueeze_dim::<4>(1)
-        .repeat_dim(1, groups)
-        .reshape([kv * groups, s, d])
 }
 
 /// RoPE tables for NEOX-style rotation (halves `i` and `i + d/2`), computed as transformers

@@ -4,6 +4,7 @@
 
 use std::io::Write;
 
+use super::names::{self, Block, blk, v_blk};
 use crate::gguf::write::{TensorSpec, write_streaming};
 use crate::gguf::{Array, GgmlType, Gguf, Value};
 use crate::quant::random_blocks;
@@ -71,34 +72,41 @@ fn spec(name: String, dims: Vec<u64>, ty: GgmlType) -> TensorSpec {
 pub fn text_tensors(s: &Shapes) -> Vec<TensorSpec> {
     let (h, q, kv) = (s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim);
     let mut v = vec![spec(
-        "token_embd.weight".into(),
+        names::weight(names::TOKEN_EMBD),
         vec![h, s.vocab],
         GgmlType::Q6_K,
     )];
     for i in 0..s.layers {
-        let n = |x: &str| format!("blk.{i}.{x}");
+        let b = Block::text(i as usize);
         let more = if use_more_bits(i, s.layers) {
             GgmlType::Q6_K
         } else {
             GgmlType::Q4_K
         };
-        v.extend([
-            spec(n("attn_norm.weight"), vec![h], GgmlType::F32),
-            spec(n("attn_q.weight"), vec![h, q], GgmlType::Q4_K),
-            spec(n("attn_k.weight"), vec![h, kv], GgmlType::Q4_K),
-            spec(n("attn_v.weight"), vec![h, kv], more),
-            spec(n("attn_q_norm.weight"), vec![s.head_dim], GgmlType::F32),
-            spec(n("attn_k_norm.weight"), vec![s.head_dim], GgmlType::F32),
-            spec(n("attn_output.weight"), vec![q, h], GgmlType::Q4_K),
-            spec(n("post_attention_norm.weight"), vec![h], GgmlType::F32),
-            spec(n("ffn_norm.weight"), vec![h], GgmlType::F32),
-            spec(n("ffn_gate.weight"), vec![h, s.ffn], GgmlType::Q4_K),
-            spec(n("ffn_up.weight"), vec![h, s.ffn], GgmlType::Q4_K),
-            spec(n("ffn_down.weight"), vec![s.ffn, h], more),
-            spec(n("post_ffw_norm.weight"), vec![h], GgmlType::F32),
-        ]);
+        v.extend(
+            [
+                (blk::ATTN_NORM, vec![h], GgmlType::F32),
+                (blk::ATTN_Q, vec![h, q], GgmlType::Q4_K),
+                (blk::ATTN_K, vec![h, kv], GgmlType::Q4_K),
+                (blk::ATTN_V, vec![h, kv], more),
+                (blk::ATTN_Q_NORM, vec![s.head_dim], GgmlType::F32),
+                (blk::ATTN_K_NORM, vec![s.head_dim], GgmlType::F32),
+                (blk::ATTN_OUTPUT, vec![q, h], GgmlType::Q4_K),
+                (blk::POST_ATTENTION_NORM, vec![h], GgmlType::F32),
+                (blk::FFN_NORM, vec![h], GgmlType::F32),
+                (blk::FFN_GATE, vec![h, s.ffn], GgmlType::Q4_K),
+                (blk::FFN_UP, vec![h, s.ffn], GgmlType::Q4_K),
+                (blk::FFN_DOWN, vec![s.ffn, h], more),
+                (blk::POST_FFW_NORM, vec![h], GgmlType::F32),
+            ]
+            .map(|(name, dims, ty)| spec(b.weight(name), dims, ty)),
+        );
     }
-    v.push(spec("output_norm.weight".into(), vec![h], GgmlType::F32));
+    v.push(spec(
+        names::weight(names::OUTPUT_NORM),
+        vec![h],
+        GgmlType::F32,
+    ));
     v
 }
 
@@ -107,45 +115,45 @@ pub fn mmproj_tensors(s: &Shapes) -> Vec<TensorSpec> {
     let (h, f) = (s.v_hidden, s.v_ffn);
     let mut v = vec![
         spec(
-            "v.patch_embd.weight".into(),
+            names::weight(names::V_PATCH_EMBD),
             vec![14, 14, 3, h],
             GgmlType::F32,
         ),
-        spec("v.patch_embd.bias".into(), vec![h], GgmlType::F32),
+        spec(names::bias(names::V_PATCH_EMBD), vec![h], GgmlType::F32),
         spec(
-            "v.position_embd.weight".into(),
+            names::weight(names::V_POSITION_EMBD),
             vec![h, 4096],
             GgmlType::F32,
         ),
     ];
     for i in 0..s.v_layers {
-        let n = |x: &str| format!("v.blk.{i}.{x}");
+        let b = Block::vision(i as usize);
         for (name, rows, cols) in [
-            ("attn_q", h, h),
-            ("attn_k", h, h),
-            ("attn_v", h, h),
-            ("attn_out", h, h),
-            ("ffn_up", f, h),
-            ("ffn_down", h, f),
+            (v_blk::ATTN_Q, h, h),
+            (v_blk::ATTN_K, h, h),
+            (v_blk::ATTN_V, h, h),
+            (v_blk::ATTN_OUT, h, h),
+            (v_blk::FFN_UP, f, h),
+            (v_blk::FFN_DOWN, h, f),
         ] {
-            v.push(spec(
-                n(&format!("{name}.weight")),
-                vec![cols, rows],
-                GgmlType::F16,
-            ));
-            v.push(spec(n(&format!("{name}.bias")), vec![rows], GgmlType::F32));
+            v.push(spec(b.weight(name), vec![cols, rows], GgmlType::F16));
+            v.push(spec(b.bias(name), vec![rows], GgmlType::F32));
         }
-        for ln in ["ln1", "ln2"] {
-            v.push(spec(n(&format!("{ln}.weight")), vec![h], GgmlType::F32));
-            v.push(spec(n(&format!("{ln}.bias")), vec![h], GgmlType::F32));
+        for ln in [v_blk::LN1, v_blk::LN2] {
+            v.push(spec(b.weight(ln), vec![h], GgmlType::F32));
+            v.push(spec(b.bias(ln), vec![h], GgmlType::F32));
         }
     }
     v.extend([
-        spec("v.post_ln.weight".into(), vec![h], GgmlType::F32),
-        spec("v.post_ln.bias".into(), vec![h], GgmlType::F32),
-        spec("mm.soft_emb_norm.weight".into(), vec![h], GgmlType::F32),
+        spec(names::weight(names::V_POST_LN), vec![h], GgmlType::F32),
+        spec(names::bias(names::V_POST_LN), vec![h], GgmlType::F32),
         spec(
-            "mm.input_projection.weight".into(),
+            names::weight(names::MM_SOFT_EMB_NORM),
+            vec![h],
+            GgmlType::F32,
+        ),
+        spec(
+            names::weight(names::MM_INPUT_PROJECTION),
             vec![s.hidden, h],
             GgmlType::F16,
         ),

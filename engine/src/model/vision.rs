@@ -1,26 +1,84 @@
-//! SigLIP vision tower and the Gemma 3 multimodal projector (average pooling, RMSNorm, linear
-//! projection to the decoder width).
+//! The SigLIP vision tower (HF `SiglipVisionTransformer` without the head): patch and position
+//! embeddings, pre-norm transformer layers with biased projections, a final LayerNorm; then the
+//! Gemma 3 [`Projector`] to the decoder width.
 
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::ModelError;
+use super::attention::attention;
 use super::config::VisionConfig;
 use super::load::Loader;
-use super::nn::{attention, gelu_tanh, layer_norm, rms_norm};
+use super::names::{self, Block, v_blk};
+use super::nn::{gelu_tanh, layer_norm};
+use super::projector::Projector;
+use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
 use crate::quant::ops::QMatrix;
 
-/// One tower layer; fields follow the GGUF names `v.blk.N.*`.
+/// LayerNorm with weight and bias (`<name>.weight`, `<name>.bias`).
+#[derive(Debug, Clone)]
+struct LayerNorm {
+    weight: Tensor<1>,
+    bias: Tensor<1>,
+    eps: f32,
+}
+
+impl LayerNorm {
+    async fn load<S: RangeSource>(
+        l: &mut Loader<'_, S>,
+        name: &str,
+        width: usize,
+        eps: f32,
+    ) -> Result<LayerNorm, ModelError> {
+        Ok(LayerNorm {
+            weight: l.vector(&names::weight(name), width).await?,
+            bias: l.vector(&names::bias(name), width).await?,
+            eps,
+        })
+    }
+
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        layer_norm(x, &self.weight, &self.bias, self.eps)
+    }
+}
+
+/// A biased linear map `x·Wᵀ + b` (`<name>.weight` `[rows, cols]`, `<name>.bias` `[rows]`).
+#[derive(Debug, Clone)]
+struct Linear {
+    weight: QMatrix,
+    bias: Tensor<1>,
+}
+
+impl Linear {
+    async fn load<S: RangeSource>(
+        l: &mut Loader<'_, S>,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear, ModelError> {
+        Ok(Linear {
+            weight: l.qmatrix(&names::weight(name), rows, cols).await?,
+            bias: l.vector(&names::bias(name), rows).await?,
+        })
+    }
+
+    /// `[n, cols]` → `[n, rows]`.
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        self.weight.matmul(x) + self.bias.clone().unsqueeze::<2>()
+    }
+}
+
+/// One tower layer; fields follow the GGUF names `v.blk.N.*`, in forward order.
 #[derive(Debug, Clone)]
 struct Layer {
-    ln1: (Tensor<1>, Tensor<1>),
-    attn_q: (QMatrix, Tensor<1>),
-    attn_k: (QMatrix, Tensor<1>),
-    attn_v: (QMatrix, Tensor<1>),
-    attn_out: (QMatrix, Tensor<1>),
-    ln2: (Tensor<1>, Tensor<1>),
-    ffn_up: (QMatrix, Tensor<1>),
-    ffn_down: (QMatrix, Tensor<1>),
+    ln1: LayerNorm,
+    attn_q: Linear,
+    attn_k: Linear,
+    attn_v: Linear,
+    attn_out: Linear,
+    ln2: LayerNorm,
+    ffn_up: Linear,
+    ffn_down: Linear,
 }
 
 /// The vision tower and projector.
@@ -28,35 +86,88 @@ struct Layer {
 pub struct Vision {
     /// Hyper-parameters.
     pub cfg: VisionConfig,
-    patch_embd: (QMatrix, Tensor<1>),
+    patch_embd: Linear,
     position_embd: Tensor<2>,
     layers: Vec<Layer>,
-    post_ln: (Tensor<1>, Tensor<1>),
-    soft_emb_norm: Tensor<1>,
-    input_projection: QMatrix,
+    post_ln: LayerNorm,
+    projector: Projector,
     device: Device,
 }
 
-fn linear(x: Tensor<2>, (w, b): &(QMatrix, Tensor<1>)) -> Tensor<2> {
-    w.matmul(x) + b.clone().unsqueeze::<2>()
+impl Layer {
+    async fn load<S: RangeSource>(
+        l: &mut Loader<'_, S>,
+        i: usize,
+        c: &VisionConfig,
+    ) -> Result<Layer, ModelError> {
+        let b = Block::vision(i);
+        let (h, f) = (c.hidden, c.ffn);
+        let lin = |name: &str| b.name(name);
+        Ok(Layer {
+            ln1: LayerNorm::load(l, &lin(v_blk::LN1), h, c.eps).await?,
+            attn_q: Linear::load(l, &lin(v_blk::ATTN_Q), h, h).await?,
+            attn_k: Linear::load(l, &lin(v_blk::ATTN_K), h, h).await?,
+            attn_v: Linear::load(l, &lin(v_blk::ATTN_V), h, h).await?,
+            attn_out: Linear::load(l, &lin(v_blk::ATTN_OUT), h, h).await?,
+            ln2: LayerNorm::load(l, &lin(v_blk::LN2), h, c.eps).await?,
+            ffn_up: Linear::load(l, &lin(v_blk::FFN_UP), f, h).await?,
+            ffn_down: Linear::load(l, &lin(v_blk::FFN_DOWN), h, f).await?,
+        })
+    }
+
+    /// Pre-norm attention (all patches see all patches), then the gelu-tanh MLP.
+    ///
+    /// # Shapes
+    /// `x`: `[patches, hidden]` → `[patches, hidden]`.
+    fn forward(&self, x: Tensor<2>, heads: usize) -> Tensor<2> {
+        let [n, h] = x.dims();
+        let hd = h / heads;
+        let xn = self.ln1.forward(x.clone());
+        let split = |m: &Linear| {
+            m.forward(xn.clone())
+                .reshape([n, heads, hd])
+                .swap_dims(0, 1)
+        };
+        let scale = 1.0 / (hd as f32).sqrt();
+        let a = attention(
+            split(&self.attn_q),
+            split(&self.attn_k),
+            split(&self.attn_v),
+            None,
+            1,
+            scale,
+        );
+        let x = x + self.attn_out.forward(a.swap_dims(0, 1).reshape([n, h]));
+        let xn = self.ln2.forward(x.clone());
+        x + self.ffn_down.forward(gelu_tanh(self.ffn_up.forward(xn)))
+    }
+
+    /// The layer's weight matrices by name, in forward order.
+    fn matrices(&self) -> [(&'static str, &QMatrix); 6] {
+        [
+            (v_blk::ATTN_Q, &self.attn_q.weight),
+            (v_blk::ATTN_K, &self.attn_k.weight),
+            (v_blk::ATTN_V, &self.attn_v.weight),
+            (v_blk::ATTN_OUT, &self.attn_out.weight),
+            (v_blk::FFN_UP, &self.ffn_up.weight),
+            (v_blk::FFN_DOWN, &self.ffn_down.weight),
+        ]
+    }
 }
 
 impl Vision {
     /// The weight matrices of the patch embedding, one layer and the projector, by GGUF name.
-    pub fn matrices(&self) -> Vec<(&'static str, &QMatrix)> {
+    pub fn matrices(&self) -> Vec<(String, &QMatrix)> {
         let mut v = vec![
-            ("v.patch_embd", &self.patch_embd.0),
-            ("mm.input_projection", &self.input_projection),
+            (names::V_PATCH_EMBD.to_string(), &self.patch_embd.weight),
+            (
+                names::MM_INPUT_PROJECTION.to_string(),
+                self.projector.input_projection(),
+            ),
         ];
         if let Some(l) = self.layers.first() {
-            v.extend([
-                ("v.blk.0.attn_q", &l.attn_q.0),
-                ("v.blk.0.attn_k", &l.attn_k.0),
-                ("v.blk.0.attn_v", &l.attn_v.0),
-                ("v.blk.0.attn_out", &l.attn_out.0),
-                ("v.blk.0.ffn_up", &l.ffn_up.0),
-                ("v.blk.0.ffn_down", &l.ffn_down.0),
-            ]);
+            let b = Block::vision(0);
+            v.extend(l.matrices().map(|(n, m)| (b.name(n), m)));
         }
         v
     }
@@ -67,67 +178,33 @@ impl Vision {
         cfg: VisionConfig,
         text_hidden: usize,
     ) -> Result<Vision, ModelError> {
-        let (h, f) = (cfg.hidden, cfg.ffn);
-        let proj = l.dims("mm.input_projection.weight")?;
-        if proj.first().copied() != Some(text_hidden as u64) {
-            return Err(ModelError::Mismatch {
-                mmproj: proj.first().copied().unwrap_or(0) as usize,
-                text: text_hidden,
-            });
-        }
+        Projector::check_width(l, text_hidden)?;
+        let h = cfg.hidden;
         let patch_len = 3 * cfg.patch_size * cfg.patch_size;
         let n_patches = cfg.patches_per_side() * cfg.patches_per_side();
         let p = cfg.patch_size as u64;
-        let patch_embd = (
-            l.qmatrix_with_dims("v.patch_embd.weight", &[p, p, 3, h as u64], h, patch_len)
+        // The conv kernel [kw, kh, c_in, c_out] read as c_out rows of kw·kh·c_in.
+        let patch_embd = Linear {
+            weight: l
+                .qmatrix_with_dims(
+                    &names::weight(names::V_PATCH_EMBD),
+                    &[p, p, 3, h as u64],
+                    h,
+                    patch_len,
+                )
                 .await?,
-            l.vector("v.patch_embd.bias", h).await?,
-        );
-        let position_embd = l.dense("v.position_embd.weight", [n_patches, h]).await?;
+            bias: l.vector(&names::bias(names::V_PATCH_EMBD), h).await?,
+        };
+        let position_embd = l
+            .dense(&names::weight(names::V_POSITION_EMBD), [n_patches, h])
+            .await?;
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
-            let n = |s: &str| format!("v.blk.{i}.{s}");
-            let mut lin = async |s: &str,
-                                 rows: usize,
-                                 cols: usize|
-                   -> Result<(QMatrix, Tensor<1>), ModelError> {
-                Ok((
-                    l.qmatrix(&n(&format!("{s}.weight")), rows, cols).await?,
-                    l.vector(&n(&format!("{s}.bias")), rows).await?,
-                ))
-            };
-            let attn_q = lin("attn_q", h, h).await?;
-            let attn_k = lin("attn_k", h, h).await?;
-            let attn_v = lin("attn_v", h, h).await?;
-            let attn_out = lin("attn_out", h, h).await?;
-            let ffn_up = lin("ffn_up", f, h).await?;
-            let ffn_down = lin("ffn_down", h, f).await?;
-            layers.push(Layer {
-                ln1: (
-                    l.vector(&n("ln1.weight"), h).await?,
-                    l.vector(&n("ln1.bias"), h).await?,
-                ),
-                attn_q,
-                attn_k,
-                attn_v,
-                attn_out,
-                ln2: (
-                    l.vector(&n("ln2.weight"), h).await?,
-                    l.vector(&n("ln2.bias"), h).await?,
-                ),
-                ffn_up,
-                ffn_down,
-            });
+            layers.push(Layer::load(l, i, &cfg).await?);
         }
         Ok(Vision {
-            post_ln: (
-                l.vector("v.post_ln.weight", h).await?,
-                l.vector("v.post_ln.bias", h).await?,
-            ),
-            soft_emb_norm: l.vector("mm.soft_emb_norm.weight", h).await?,
-            input_projection: l
-                .qmatrix_transposed("mm.input_projection.weight", text_hidden, h)
-                .await?,
+            post_ln: LayerNorm::load(l, names::V_POST_LN, h, cfg.eps).await?,
+            projector: Projector::load(l, &cfg, text_hidden).await?,
             device: l.device().clone(),
             cfg,
             patch_embd,
@@ -158,6 +235,16 @@ impl Vision {
     /// Encodes one preprocessed image (`[3, size, size]` CHW in [-1, 1]) to projected features
     /// `[tokens_per_image, text_hidden]`.
     pub fn encode(&self, pixels: &[f32]) -> Result<Tensor<2>, ModelError> {
+        self.encode_traced(pixels, &mut NoTrace)
+    }
+
+    /// [`Vision::encode`], handing `tracer` every stage named in [`super::trace`]
+    /// (`v.inp_embd`; per layer `v.l_out`; `v.post_ln`; `mm.out`).
+    pub fn encode_traced(
+        &self,
+        pixels: &[f32],
+        tracer: &mut dyn Tracer,
+    ) -> Result<Tensor<2>, ModelError> {
         let c = &self.cfg;
         let size = c.image_size;
         if pixels.len() != 3 * size * size {
@@ -167,43 +254,21 @@ impl Vision {
             )));
         }
         let side = c.patches_per_side();
-        let n = side * side;
         let patch_len = 3 * c.patch_size * c.patch_size;
         let patches = Tensor::<2>::from_data(
-            TensorData::new(self.patches(pixels), [n, patch_len]),
+            TensorData::new(self.patches(pixels), [side * side, patch_len]),
             &self.device,
         );
-        let mut x = linear(patches, &self.patch_embd) + self.position_embd.clone();
-        let (h, heads) = (c.hidden, c.heads);
-        let hd = h / heads;
-        for layer in &self.layers {
-            let xn = layer_norm(x.clone(), &layer.ln1.0, &layer.ln1.1, c.eps);
-            let split = |m: &(QMatrix, Tensor<1>)| {
-                linear(xn.clone(), m)
-                    .reshape([n, heads, hd])
-                    .swap_dims(0, 1)
-            };
-            let a = attention(
-                split(&layer.attn_q),
-                split(&layer.attn_k),
-                split(&layer.attn_v),
-                None,
-                1,
-                1.0 / (hd as f32).sqrt(),
-            );
-            x = x + linear(a.swap_dims(0, 1).reshape([n, h]), &layer.attn_out);
-            let xn = layer_norm(x.clone(), &layer.ln2.0, &layer.ln2.1, c.eps);
-            x = x + linear(gelu_tanh(linear(xn, &layer.ffn_up)), &layer.ffn_down);
+        let mut x = self.patch_embd.forward(patches) + self.position_embd.clone();
+        tracer.tap(Tap::at(trace::V_INP_EMBD), &x);
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(x, c.heads);
+            tracer.tap(Tap::layer(trace::V_L_OUT, i), &x);
         }
-        let x = layer_norm(x, &self.post_ln.0, &self.post_ln.1, c.eps);
-        // 4×4 average pooling of the patch grid: [side, side, h] → [side/4, side/4, h], row-major.
-        let (k, t) = (c.pool, side / c.pool);
-        let pooled = x
-            .reshape([t, k, t, k, h])
-            .mean_dim(3)
-            .mean_dim(1)
-            .reshape([t * t, h]);
-        let normed = rms_norm(pooled, &self.soft_emb_norm, c.eps);
-        Ok(self.input_projection.matmul(normed))
+        let x = self.post_ln.forward(x);
+        tracer.tap(Tap::at(trace::V_POST_LN), &x);
+        let out = self.projector.forward(x, side);
+        tracer.tap(Tap::at(trace::MM_OUT), &out);
+        Ok(out)
     }
 }

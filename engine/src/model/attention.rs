@@ -1,0 +1,125 @@
+//! Scaled dot-product attention: the dispatch between the fused GPU kernel ([`super::fused`])
+//! and blocked GEMMs (the CPU), GQA head expansion, and the decoder's segmented form in which
+//! several independent continuations of one cache share a pass.
+
+use std::ops::Range;
+
+use burn::tensor::Tensor;
+use burn::tensor::activation::softmax;
+
+use super::fused;
+
+/// Rows of queries processed at once in attention, so the score matrix of one block stays
+/// well under a storage-buffer binding (128 MiB on many WebGPU adapters).
+const SCORE_BLOCK_BYTES: usize = 32 << 20;
+
+/// Scaled dot-product attention with an optional additive mask: the fused kernel on GPU
+/// devices, blocked GEMMs on the CPU.
+///
+/// # Shapes
+/// - `q`: `[heads, t, d]`, `k`, `v`: `[heads / groups, s, d]`
+/// - `mask`: `[t, s]` with 0 or −∞
+/// - returns `[heads, t, d]`
+pub fn attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    mask: Option<Tensor<2>>,
+    groups: usize,
+    scale: f32,
+) -> Tensor<3> {
+    if fused::is_supported(&q.device(), q.dims()[2]) {
+        return fused::attention(q, k, v, mask, groups, scale);
+    }
+    blocked_attention(q, expand_kv(k, groups), expand_kv(v, groups), mask, scale)
+}
+
+/// Attention through materialised scores, `rows` queries at a time (KV heads expanded).
+pub fn blocked_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    mask: Option<Tensor<2>>,
+    scale: f32,
+) -> Tensor<3> {
+    let [heads, t, _] = q.dims();
+    let s = k.dims()[1];
+    let kt = k.swap_dims(1, 2);
+    let rows = (SCORE_BLOCK_BYTES / (heads * s * 4).max(1)).clamp(1, t.max(1));
+    let mut outs = Vec::new();
+    let mut start = 0;
+    while start < t {
+        let end = (start + rows).min(t);
+        let qb = q.clone().slice([0..heads, start..end, 0..q.dims()[2]]);
+        let mut scores = qb.matmul(kt.clone()).mul_scalar(scale);
+        if let Some(m) = &mask {
+            scores = scores + m.clone().slice([start..end, 0..s]).unsqueeze::<3>();
+        }
+        outs.push(softmax(scores, 2).matmul(v.clone()));
+        start = end;
+    }
+    if outs.len() == 1 {
+        outs.pop().expect("one block")
+    } else {
+        Tensor::cat(outs, 1)
+    }
+}
+
+/// Repeats each KV head `groups` times: `[kv, s, d] → [kv·groups, s, d]`, so query head `h`
+/// reads KV head `h / groups` (transformers `repeat_kv`).
+pub fn expand_kv(x: Tensor<3>, groups: usize) -> Tensor<3> {
+    if groups == 1 {
+        return x;
+    }
+    let [kv, s, d] = x.dims();
+    x.unsqueeze_dim::<4>(1)
+        .repeat_dim(1, groups)
+        .reshape([kv * groups, s, d])
+}
+
+/// Attention of query rows split into segments that continue one cache independently: the
+/// rows of segment `r` attend to the `q0` cached keys and to their own keys `q0 + r` only, each
+/// under its own mask. One segment is an ordinary continuation. Skipping the other segments'
+/// keys means no score is computed for pairs the masks would discard anyway.
+///
+/// # Shapes
+/// - `q`: `[heads, t, d]`; `k`, `v`: `[heads / groups, q0 + t, d]` (cache then new rows)
+/// - mask of segment `r`: `[r.len(), q0 + r.len()]`
+/// - returns `[heads, t, d]`
+pub fn segmented_attention(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    q0: usize,
+    segments: &[(Range<usize>, Tensor<2>)],
+    groups: usize,
+    scale: f32,
+) -> Tensor<3> {
+    if let [(_, mask)] = segments {
+        return attention(q, k, v, Some(mask.clone()), groups, scale);
+    }
+    let [hq, _, d] = q.dims();
+    let hk = k.dims()[0];
+    let own = |x: &Tensor<3>, r: &Range<usize>| {
+        let mine = x.clone().slice([0..hk, q0 + r.start..q0 + r.end, 0..d]);
+        match q0 {
+            0 => mine,
+            _ => Tensor::cat(vec![x.clone().slice([0..hk, 0..q0, 0..d]), mine], 1),
+        }
+    };
+    let parts = segments
+        .iter()
+        .map(|(r, mask)| {
+            let qs = q.clone().slice([0..hq, r.clone(), 0..d]);
+            attention(
+                qs,
+                own(&k, r),
+                own(&v, r),
+                Some(mask.clone()),
+                groups,
+                scale,
+            )
+        })
+        .collect();
+    Tensor::cat(parts, 1)
+}
