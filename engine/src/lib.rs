@@ -9,6 +9,7 @@ pub mod eval;
 pub mod gguf;
 pub mod image;
 pub mod model;
+pub mod pair;
 pub mod quant;
 pub mod quiz;
 pub mod rexvqa;

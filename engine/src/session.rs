@@ -11,6 +11,7 @@ use crate::image::{self, Policy};
 use crate::model::load::{Loader, Progress};
 use crate::model::nn::read_f32;
 use crate::model::{Decoder, KvCache, ModelError, TextConfig, Vision, VisionConfig};
+use crate::pair::PairHeaders;
 use crate::rexvqa::{Letter, Record, prompt};
 use crate::tokenizer::{Tokenizer, ids};
 
@@ -92,24 +93,45 @@ impl Model {
         opts: &LoadOptions,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Model, ModelError> {
-        let g = Gguf::read_async(text).await?;
-        let tokenizer = Tokenizer::from_gguf(&g)
+        let headers = PairHeaders {
+            text: Gguf::read_async(text).await?,
+            mmproj: match mmproj {
+                Some(src) => Some(Gguf::read_async(src).await?),
+                None => None,
+            },
+        };
+        Model::load_with_headers(&headers, text, mmproj, device, opts, progress).await
+    }
+
+    /// [`Model::load`] from headers already read from `text` and `mmproj`, so a caller that
+    /// checked the pair first (the browser worker) parses each header once per load.
+    pub async fn load_with_headers<T: RangeSource, V: RangeSource>(
+        headers: &PairHeaders,
+        text: &T,
+        mmproj: Option<&V>,
+        device: &Device,
+        opts: &LoadOptions,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Model, ModelError> {
+        let g = &headers.text;
+        let tokenizer = Tokenizer::from_gguf(g)
             .map_err(|e| ModelError::Unsupported(format!("tokenizer: {e}")))?;
-        let cfg = TextConfig::from_gguf(&g)?;
+        let cfg = TextConfig::from_gguf(g)?;
         let hidden = cfg.hidden;
-        let vision_hdr = match mmproj {
-            Some(src) => {
-                let vg = Gguf::read_async(src).await?;
-                let vcfg = VisionConfig::from_gguf(&vg)?;
-                Some((vg, vcfg))
+        let vision_hdr = match (&headers.mmproj, mmproj) {
+            (Some(vg), Some(src)) => Some((vg, VisionConfig::from_gguf(vg)?, src)),
+            (None, None) => None,
+            _ => {
+                return Err(ModelError::Unsupported(
+                    "an mmproj header without its file, or a file without its header".into(),
+                ));
             }
-            None => None,
         };
         let text_total: u64 = g.tensors.iter().map(|t| t.size).sum();
         let all: u64 = text_total
             + vision_hdr
                 .as_ref()
-                .map_or(0, |(vg, _)| vg.tensors.iter().map(|t| t.size).sum());
+                .map_or(0, |(vg, _, _)| vg.tensors.iter().map(|t| t.size).sum());
         let mut report = |p: &Progress, base: u64| {
             progress(&Progress {
                 done: base + p.done,
@@ -119,16 +141,16 @@ impl Model {
         };
         let decoder = {
             let mut cb = |p: &Progress| report(p, 0);
-            let mut l = Loader::new(&g, text, device, opts.chunk_bytes, &mut cb);
+            let mut l = Loader::new(g, text, device, opts.chunk_bytes, &mut cb);
             Decoder::load(&mut l, cfg).await?
         };
-        let vision = match (vision_hdr, mmproj) {
-            (Some((vg, vcfg)), Some(src)) => {
+        let vision = match vision_hdr {
+            Some((vg, vcfg, src)) => {
                 let mut cb = |p: &Progress| report(p, text_total);
-                let mut l = Loader::new(&vg, src, device, opts.chunk_bytes, &mut cb);
+                let mut l = Loader::new(vg, src, device, opts.chunk_bytes, &mut cb);
                 Some(Vision::load(&mut l, vcfg, hidden).await?)
             }
-            _ => None,
+            None => None,
         };
         Ok(Model {
             decoder,
