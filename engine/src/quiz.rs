@@ -11,6 +11,12 @@ use crate::rexvqa::{Letter, Split};
 use crate::rng::SplitMix64;
 use crate::score::{self, Cell, Prediction, Report};
 
+pub mod export;
+pub mod taking;
+
+pub use export::QuizExport;
+pub use taking::{Key, QuizTaking, SavedQuiz, Step};
+
 /// The format tag of quiz and result files.
 pub const FORMAT: &str = "rexvqa-quiz/1";
 

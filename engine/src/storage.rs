@@ -78,9 +78,32 @@ pub fn check_room(what: &str, need: u64, usage: u64, quota: u64) -> Result<(), N
     })
 }
 
+/// A name safe in any storage (OPFS, a download): ASCII letters, digits, `.`, `_` and `-`;
+/// anything else becomes `_`. An empty name becomes `fallback`.
+pub fn safe_name(name: &str, fallback: &str) -> String {
+    let n: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if n.is_empty() { fallback.into() } else { n }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn safe_names_keep_ascii_words_and_replace_the_rest() {
+        assert_eq!(safe_name("medgemma-4b_Q4.gguf", "x"), "medgemma-4b_Q4.gguf");
+        assert_eq!(safe_name("Dr Ö/../x?.gguf", "x"), "Dr___.._x_.gguf");
+        assert_eq!(safe_name("", "model.gguf"), "model.gguf");
+    }
 
     #[test]
     fn a_copy_that_fits_passes_and_one_that_does_not_names_the_numbers() {

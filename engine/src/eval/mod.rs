@@ -13,7 +13,9 @@ use crate::score::{self, Extraction, Prediction, Report};
 use crate::session::{Mode, OptionScores, Session, record_prompt};
 use burn::tensor::Tensor;
 
+pub mod export;
 pub mod run;
+pub mod tally;
 
 /// Tokens the official mode may generate (ref: ReXrank MedGemma script, max_new_tokens=256).
 pub const OFFICIAL_MAX_NEW_TOKENS: usize = 256;
