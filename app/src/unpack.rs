@@ -14,7 +14,7 @@ use rexvqa_engine::rexvqa::archive::{ImageArchive, Member, order_parts};
 use web_sys::File;
 
 use crate::io::{BlobChain, Dir, now_ms, opfs_root, read_blob, sleep};
-use crate::protocol::UnpackProgress;
+use crate::protocol::{UnpackProgress, UnpackState};
 
 const PACK: &str = "pack.bin";
 const INDEX: &str = "index.tsv";
@@ -130,7 +130,7 @@ pub async fn unpack(
     let chain = BlobChain::new(blobs)?;
     let mut p = UnpackProgress {
         total_bytes: chain.total(),
-        state: "running".into(),
+        state: UnpackState::Running,
         ..Default::default()
     };
     let dir = images_dir().await?;
@@ -194,7 +194,7 @@ pub async fn unpack(
             // Let the worker take messages (a cancel) between members.
             sleep(0).await;
             if cancel.get() {
-                p.state = "cancelled".into();
+                p.state = UnpackState::Cancelled;
                 return Ok(p);
             }
         }
@@ -202,6 +202,6 @@ pub async fn unpack(
     flush(&mut lines)?;
     p.done_bytes = p.total_bytes;
     p.eta_s = 0.0;
-    p.state = "finished".into();
+    p.state = UnpackState::Finished;
     Ok(p)
 }

@@ -4,6 +4,7 @@
 use leptos::prelude::*;
 
 use super::engine::Engine;
+use super::signals::BenchState;
 use crate::protocol::Request;
 
 /// Rows (label, value) of the harness JSON worth a glance.
@@ -140,7 +141,7 @@ pub fn BenchPanel() -> impl IntoView {
             .collect();
         match lengths {
             Ok(l) if !l.is_empty() && l.iter().all(|&n| n > 0) => {
-                engine.bench.set(Some(None));
+                engine.bench.set(BenchState::Running);
                 engine.send(&Request::Bench {
                     prefill: l,
                     decode: decode.get_untracked().max(1),
@@ -153,7 +154,7 @@ pub fn BenchPanel() -> impl IntoView {
             ),
         }
     };
-    let running = move || engine.bench.get() == Some(None);
+    let running = move || engine.bench.get() == BenchState::Running;
     move || {
         engine.model.get().map(|_| view! {
         <section class="card" data-testid="bench-panel" aria-labelledby="bench-title">
@@ -166,7 +167,7 @@ pub fn BenchPanel() -> impl IntoView {
                 <button data-testid="bench-run" disabled=running on:click=run>"Run benchmark"</button>
             </div>
             {move || running().then(|| view! { <p role="status">"Running the benchmark…"</p> })}
-            {move || engine.bench.get().flatten().map(|json| {
+            {move || match engine.bench.get() { BenchState::Done(json) => Some(json), _ => None }.map(|json| {
                 let save = json.clone();
                 view! {
                     <table class="grid" data-testid="bench-results"><tbody>

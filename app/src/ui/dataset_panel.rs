@@ -8,7 +8,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{File, HtmlInputElement};
 
 use super::engine::{Engine, bytes, duration};
-use crate::protocol::Request;
+use crate::protocol::{Request, UnpackState};
 use crate::unpack::is_archive;
 
 /// Walks a directory handle (showDirectoryPicker) into (relative path, File) pairs.
@@ -172,20 +172,20 @@ pub fn DatasetPanel() -> impl IntoView {
             <p class="hint">"The image archive is ReXGradient-160K's deid_png.part00, deid_png.part01, … (all parts, any order) or one .tar.zst. It is read here, in this tab, and the images the open split uses are unpacked into browser storage once; pick the split's JSON first so only those are kept. If unpacking stops, pick the parts again: what was unpacked is kept."</p>
             {move || engine.unpack.get().map(|u| {
                 let frac = if u.total_bytes > 0 { u.done_bytes as f64 / u.total_bytes as f64 } else { 0.0 };
-                let running = u.state == "running";
-                let line = match u.state.as_str() {
-                    "running" => format!(
+                let running = u.state == UnpackState::Running;
+                let line = match u.state {
+                    UnpackState::Running => format!(
                         "{:.0}% of {} read at {}/s, {} left — {} images unpacked, {} already there",
                         100.0 * frac, bytes(u.total_bytes as f64), bytes(u.rate), duration(u.eta_s), u.written, u.kept
                     ),
-                    "finished" => format!("Archive read: {} images unpacked, {} already there.", u.written, u.kept),
+                    UnpackState::Finished => format!("Archive read: {} images unpacked, {} already there.", u.written, u.kept),
                     _ => format!(
                         "Unpacking stopped at {:.0}% ({} images unpacked). Pick the parts again to go on; unpacked images are kept.",
                         100.0 * frac, u.written
                     ),
                 };
                 view! {
-                    <div class="progress" data-testid="unpack" data-state=u.state.clone() role="status">
+                    <div class="progress" data-testid="unpack" data-state=u.state.as_str() role="status">
                         <div>"Unpacking images from the archive"</div>
                         <progress max="1" value=frac></progress>
                         <div class="hint" data-testid="unpack-line">{line}</div>

@@ -1,74 +1,24 @@
-//! The UI's handle on the engine worker: starts it, sends requests, and turns its events into
-//! signals the panels read. Components get this handle from context; none owns engine state.
+//! The UI's handle on the engine worker: starts it, sends requests (each with a fresh id), and
+//! turns its events into signals the panels read. Components get this handle from context; none
+//! owns engine state. Events are applied in [`events`].
+
+mod events;
 
 use std::collections::HashMap;
-use std::rc::Rc;
 
 use js_sys::{Array, Object, Reflect};
 use leptos::prelude::*;
-use rexvqa_engine::calibrate::Projection;
-use rexvqa_engine::eval::{Answer, EvalReport};
-use rexvqa_engine::quiz::{Quiz, QuizReport, QuizResults, ReaderStudy};
-use rexvqa_engine::rexvqa::Letter;
+use rexvqa_engine::quiz::{Quiz, QuizReport, ReaderStudy, SavedQuiz};
+use rexvqa_engine::rexvqa::{QuestionDetail, QuestionPage};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use web_sys::{ErrorEvent, File, MessageEvent, Worker};
 
-use crate::protocol::*;
-
-/// What the UI knows about the GPU.
-#[derive(Debug, Clone, PartialEq)]
-pub enum GpuState {
-    /// Not known yet.
-    Probing,
-    /// Usable adapter.
-    Ready(AdapterReport),
-    /// Unusable, with the reason.
-    Unavailable(String),
-}
-
-/// Decoded pixels of one image, for the viewer.
-#[derive(Clone)]
-pub struct Pixels {
-    /// Width.
-    pub width: u32,
-    /// Height.
-    pub height: u32,
-    /// 8 or 16.
-    pub bits: u8,
-    /// 1 or 3.
-    pub channels: u8,
-    /// Samples.
-    pub data: Rc<Vec<u16>>,
-}
-
-/// The answer being produced for the question on screen.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AskState {
-    /// Question id (or "free").
-    pub id: String,
-    /// Whether the worker is still answering.
-    pub busy: bool,
-    /// Letters and probabilities (fast mode).
-    pub scores: Option<(Vec<Letter>, Vec<f32>)>,
-    /// Streamed text.
-    pub text: String,
-    /// The final answer.
-    pub answer: Option<Answer>,
-}
-
-/// Progress of a long operation (copy, download, load).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
-    /// What is happening.
-    pub label: String,
-    /// Bytes done.
-    pub done: u64,
-    /// Bytes in all.
-    pub total: u64,
-    /// Bytes per second (0 when unknown).
-    pub rate: f64,
-}
+use super::signals::{AskState, BenchState, GpuState, Pixels, Progress};
+use crate::protocol::{
+    CacheListing, CalibrationProgress, Call, Compute, DatasetSummary, EvalProgress, MemoryUse,
+    ModelCard, Reply, Request, RequestId, RunReport, UnpackProgress,
+};
 
 /// localStorage key of the compute choice.
 const COMPUTE_KEY: &str = "rexvqa.compute";
@@ -77,14 +27,38 @@ fn local_storage() -> Option<web_sys::Storage> {
     web_sys::window()?.local_storage().ok().flatten()
 }
 
-/// Stored model files, evaluation runs, and (used, quota) bytes of browser storage.
-pub type CacheState = (Vec<StoredFile>, Vec<RunInfo>, Option<(f64, f64)>);
+/// The signal a request in flight drives, put back to rest if the request fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drives {
+    /// Copy / download / load progress.
+    Progress,
+    /// Opening a dataset (the busy line, the unpacking).
+    Dataset,
+    /// The benchmark.
+    Bench,
+    /// The calibration.
+    Calibration,
+    /// The answer to a split question.
+    Ask,
+    /// The answer to the free question.
+    Free,
+}
 
-/// A calibration: (questions timed, to time, projections for the scope and the split).
-pub type Calibration = (usize, usize, Option<(Projection, Projection)>);
-
-/// A page of questions: (total matching, rows, all tasks, all categories).
-pub type QuestionPage = (usize, Vec<QuestionRow>, Vec<String>, Vec<String>);
+impl Drives {
+    fn of(req: &Request) -> Option<Drives> {
+        Some(match req {
+            Request::ImportModel | Request::DownloadModel { .. } | Request::LoadModel { .. } => {
+                Drives::Progress
+            }
+            Request::OpenDataset { .. } => Drives::Dataset,
+            Request::Bench { .. } => Drives::Bench,
+            Request::Calibrate { .. } => Drives::Calibration,
+            Request::Ask { .. } => Drives::Ask,
+            Request::AskFree { .. } => Drives::Free,
+            _ => return None,
+        })
+    }
+}
 
 /// The engine worker and the signals it feeds.
 #[derive(Clone, Copy)]
@@ -93,13 +67,16 @@ pub struct Engine {
     /// Messages sent before the worker said it is ready: a worker drops what arrives while its
     /// wasm is still loading, so they wait here and go out in order on `Ready`.
     queued: StoredValue<Option<Vec<Object>>, LocalStorage>,
+    /// The id of the next request.
+    next_id: StoredValue<u64>,
+    /// Requests in flight that drive a signal, until their `Done`.
+    in_flight: StoredValue<HashMap<RequestId, Drives>>,
     /// GPU state.
     pub gpu: RwSignal<GpuState>,
-    /// The worker's wasm memory in bytes (its peak: it never shrinks) and the device memory the
-    /// model's pool holds.
-    pub memory: RwSignal<Option<(f64, Option<f64>)>>,
+    /// The worker's memory after its last request.
+    pub memory: RwSignal<Option<MemoryUse>>,
     /// Stored models, runs, and storage usage.
-    pub cache: RwSignal<CacheState>,
+    pub cache: RwSignal<CacheListing>,
     /// Where models run (kept in localStorage).
     pub compute: RwSignal<Compute>,
     /// Copy/download/load progress.
@@ -108,13 +85,13 @@ pub struct Engine {
     pub model: RwSignal<Option<ModelCard>>,
     /// The opened dataset.
     pub dataset: RwSignal<Option<DatasetSummary>>,
-    /// Benchmark: None idle, Some(None) running, Some(Some(json)) done.
-    pub bench: RwSignal<Option<Option<String>>>,
-    /// Calibration: (done, total, projections for the scope and the split when finished).
-    pub calibration: RwSignal<Option<Calibration>>,
+    /// The benchmark.
+    pub bench: RwSignal<BenchState>,
+    /// The calibration: progress, then the projections.
+    pub calibration: RwSignal<Option<CalibrationProgress>>,
     /// Unpacking of an image archive (running or last result).
     pub unpack: RwSignal<Option<UnpackProgress>>,
-    /// The current page of questions: (total, rows, tasks, categories).
+    /// The current page of questions.
     pub questions: RwSignal<QuestionPage>,
     /// The question on screen.
     pub question: RwSignal<Option<QuestionDetail>>,
@@ -126,12 +103,12 @@ pub struct Engine {
     pub free: RwSignal<AskState>,
     /// The running evaluation.
     pub eval: RwSignal<Option<EvalProgress>>,
-    /// The last report: (run id, report, questions missing from merged shards).
-    pub report: RwSignal<Option<(String, EvalReport, usize)>>,
+    /// The last report.
+    pub report: RwSignal<Option<RunReport>>,
     /// A quiz just drawn or opened, to start.
     pub quiz: RwSignal<Option<Quiz>>,
-    /// The quiz in progress found in storage: (results, current case).
-    pub saved_quiz: RwSignal<Option<(QuizResults, usize)>>,
+    /// The quiz in progress found in storage.
+    pub saved_quiz: RwSignal<Option<SavedQuiz>>,
     /// The scored results of the quiz taken.
     pub quiz_report: RwSignal<Option<QuizReport>>,
     /// A reader-study table from merged result files.
@@ -165,6 +142,8 @@ impl Engine {
         let engine = Engine {
             worker: StoredValue::new_local(None),
             queued: StoredValue::new_local(Some(Vec::new())),
+            next_id: StoredValue::new(1),
+            in_flight: StoredValue::new(HashMap::new()),
             gpu: RwSignal::new(GpuState::Probing),
             compute: RwSignal::new(
                 local_storage()
@@ -172,15 +151,15 @@ impl Engine {
                     .and_then(|k| Compute::from_key(&k))
                     .unwrap_or_default(),
             ),
-            cache: RwSignal::new((Vec::new(), Vec::new(), None)),
+            cache: RwSignal::new(CacheListing::default()),
             progress: RwSignal::new(None),
             model: RwSignal::new(None),
             memory: RwSignal::new(None),
             dataset: RwSignal::new(None),
             unpack: RwSignal::new(None),
             calibration: RwSignal::new(None),
-            bench: RwSignal::new(None),
-            questions: RwSignal::new((0, Vec::new(), Vec::new(), Vec::new())),
+            bench: RwSignal::new(BenchState::Idle),
+            questions: RwSignal::new(QuestionPage::default()),
             question: RwSignal::new(None),
             images: RwSignal::new_local(HashMap::new()),
             ask: RwSignal::new(AskState::default()),
@@ -212,8 +191,8 @@ impl Engine {
             else {
                 return;
             };
-            match serde_json::from_str::<Event>(&text) {
-                Ok(ev) => engine.on_event(ev, &data),
+            match serde_json::from_str::<Reply>(&text) {
+                Ok(r) => engine.on_reply(r, &data),
                 Err(err) => engine.error(format!("unreadable worker message: {err}")),
             }
         });
@@ -235,8 +214,19 @@ impl Engine {
 
     /// Sends a request with attached files.
     pub fn send_with(&self, req: &Request, files: &[File]) {
+        let id = RequestId(self.next_id.get_value());
+        self.next_id.set_value(id.0 + 1);
+        if let Some(d) = Drives::of(req) {
+            self.in_flight.update_value(|m| {
+                m.insert(id, d);
+            });
+        }
+        let call = Call {
+            id,
+            request: req.clone(),
+        };
         let o = Object::new();
-        let _ = Reflect::set(&o, &"json".into(), &JsValue::from_str(&req.to_json()));
+        let _ = Reflect::set(&o, &"json".into(), &JsValue::from_str(&call.to_json()));
         if !files.is_empty() {
             let arr = Array::new();
             for f in files {
@@ -250,8 +240,9 @@ impl Engine {
                 q.extend(o.take());
             }
         });
-        let Some(o) = o else { return };
-        self.post(&o);
+        if let Some(o) = o {
+            self.post(&o);
+        }
     }
 
     fn post(&self, o: &Object) {
@@ -301,165 +292,6 @@ impl Engine {
             let _ = s.set_item(COMPUTE_KEY, key);
         }
         self.send(&Request::SetCompute { compute: c });
-    }
-
-    fn on_event(&self, ev: Event, data: &JsValue) {
-        match ev {
-            Event::Ready => {
-                // From now on requests go straight out; the ones made while the worker started
-                // follow the start-up requests (the compute choice first, so a queued import
-                // loads where the user asked).
-                let queued = self.queued.try_update_value(Option::take).flatten();
-                self.send(&Request::SetCompute {
-                    compute: self.compute.get_untracked(),
-                });
-                self.send(&Request::ProbeGpu);
-                self.send(&Request::ListCache);
-                self.send(&Request::LoadQuiz);
-                for o in queued.unwrap_or_default() {
-                    self.post(&o);
-                }
-            }
-            Event::Gpu(r) => self.gpu.set(GpuState::Ready(r)),
-            Event::GpuUnavailable { reason } => self.gpu.set(GpuState::Unavailable(reason)),
-            Event::Cache {
-                models,
-                runs,
-                usage,
-            } => self.cache.set((models, runs, usage)),
-            Event::Copy {
-                name,
-                done,
-                total,
-                rate,
-            } => self.progress.set(Some(Progress {
-                label: format!("Copying {name} into browser storage"),
-                done,
-                total,
-                rate,
-            })),
-            Event::Loading {
-                done,
-                total,
-                tensor,
-            } => self.progress.set(Some(Progress {
-                label: format!("Loading weights ({tensor})"),
-                done,
-                total,
-                rate: 0.0,
-            })),
-            Event::Memory {
-                wasm_bytes,
-                device_bytes,
-            } => self.memory.set(Some((wasm_bytes, device_bytes))),
-            Event::ModelLoaded(card) => {
-                self.progress.set(None);
-                self.model.set(Some(card));
-            }
-            Event::Dataset(d) => {
-                self.busy.set(None);
-                self.dataset.set(Some(d));
-            }
-            Event::Bench { json } => self.bench.set(Some(Some(json))),
-            Event::Calibration {
-                done,
-                total,
-                projections,
-            } => self.calibration.set(Some((done, total, projections))),
-            Event::Unpack(p) => {
-                self.busy.set(None);
-                self.unpack.set(Some(p));
-            }
-            Event::Questions {
-                total,
-                items,
-                tasks,
-                categories,
-            } => self.questions.set((total, items, tasks, categories)),
-            Event::Question(q) => self.question.set(Some(q)),
-            Event::Image {
-                path,
-                width,
-                height,
-                bits,
-                channels,
-            } => {
-                let buf = Reflect::get(data, &"buffer".into()).unwrap_or_default();
-                let samples = js_sys::Uint16Array::new(&buf).to_vec();
-                self.images.update(|m| {
-                    m.insert(
-                        path,
-                        Pixels {
-                            width,
-                            height,
-                            bits,
-                            channels,
-                            data: Rc::new(samples),
-                        },
-                    );
-                });
-            }
-            Event::AskScores { id, letters, probs } => {
-                let target = if id == "free" { self.free } else { self.ask };
-                target.update(|a| a.scores = Some((letters, probs)));
-            }
-            Event::AskText { id, text } => {
-                let target = if id == "free" { self.free } else { self.ask };
-                target.update(|a| a.text = text);
-            }
-            Event::AskDone { id, answer } => {
-                let target = if id == "free" { self.free } else { self.ask };
-                target.update(|a| {
-                    a.busy = false;
-                    a.text = answer.response.clone();
-                    a.answer = Some(answer);
-                });
-            }
-            Event::Quiz(q) => self.quiz.set(Some(q)),
-            Event::SavedQuiz { saved } => self.saved_quiz.set(saved),
-            Event::QuizReport(r) => self.quiz_report.set(Some(*r)),
-            Event::ReaderStudy(r) => self.reader_study.set(Some(r)),
-            Event::EvalProgress(p) => {
-                let finished = p.state != "running" && p.state != "paused";
-                self.eval.set(Some(p));
-                if finished {
-                    self.send(&Request::ListCache);
-                }
-            }
-            Event::Report {
-                run_id,
-                report,
-                missing,
-            } => self.report.set(Some((run_id, report, missing))),
-            Event::Export { name, mime, text } => {
-                if let Err(e) = save(&name, &mime, &text) {
-                    self.error(format!(
-                        "saving {name} failed: {}",
-                        crate::gpu::describe(&e)
-                    ));
-                }
-            }
-            Event::Error { context, message } => {
-                self.busy.set(None);
-                self.progress.set(None);
-                if self.bench.get_untracked() == Some(None) {
-                    self.bench.set(None);
-                }
-                self.calibration.update(|c| {
-                    if c.as_ref().is_some_and(|c| c.2.is_none()) {
-                        *c = None;
-                    }
-                });
-                self.unpack.update(|u| {
-                    if let Some(u) = u.as_mut().filter(|u| u.state == "running") {
-                        u.state = "stopped".into();
-                    }
-                });
-                self.ask.update(|a| a.busy = false);
-                self.free.update(|a| a.busy = false);
-                self.error(format!("{context}: {message}"));
-            }
-        }
     }
 }
 

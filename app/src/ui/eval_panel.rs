@@ -8,7 +8,8 @@ use rexvqa_engine::rexvqa::Scope;
 use rexvqa_engine::session::Mode;
 
 use super::engine::{Engine, duration};
-use crate::protocol::Request;
+use crate::protocol::{CalibrationProgress, Projections, Request, RunState};
+use rexvqa_engine::eval::export::RunExport;
 
 /// The evaluate panel.
 #[component]
@@ -68,7 +69,11 @@ pub fn EvalPanel() -> impl IntoView {
     };
     let calibrate = move |_| {
         if let Some((scope, settings)) = chosen() {
-            engine.calibration.set(Some((0, 20, None)));
+            engine.calibration.set(Some(CalibrationProgress {
+                done: 0,
+                total: 20,
+                projections: None,
+            }));
             engine.send(&Request::Calibrate {
                 split: split.get_untracked(),
                 scope,
@@ -76,13 +81,13 @@ pub fn EvalPanel() -> impl IntoView {
             });
         }
     };
-    let calibrating = move || engine.calibration.get().is_some_and(|c| c.2.is_none());
-    let running = move || {
+    let calibrating = move || {
         engine
-            .eval
+            .calibration
             .get()
-            .is_some_and(|p| p.state == "running" || p.state == "paused")
+            .is_some_and(|c| c.projections.is_none())
     };
+    let running = move || engine.eval.get().is_some_and(|p| p.state.is_live());
     let ready = move || engine.model.get().is_some() && engine.dataset.get().is_some();
     view! {
         <section class="card" data-testid="eval-panel" aria-labelledby="eval-title">
@@ -122,9 +127,9 @@ pub fn EvalPanel() -> impl IntoView {
                 <button class="secondary" data-testid="eval-calibrate" title="Time 20 questions on this device and project how long the run takes"
                     disabled=move || !ready() || running() || calibrating() on:click=calibrate>"Estimate time (20 questions)"</button>
             </div>
-            {move || engine.calibration.get().map(|(done, total, p)| match p {
-                None => view! { <p role="status" data-testid="calibration-progress">{format!("Timing questions on this device… {done} / {total}")}</p> }.into_any(),
-                Some((scope, split)) => view! {
+            {move || engine.calibration.get().map(|c| match c.projections {
+                None => view! { <p role="status" data-testid="calibration-progress">{format!("Timing questions on this device… {} / {}", c.done, c.total)}</p> }.into_any(),
+                Some(Projections { scope, split }) => view! {
                     <div data-testid="calibration" role="status">
                         <p>{format!(
                             "Measured on this device ({} questions from {} studies, after a warm-up): {:.0} ms per study (its image, once) + {:.0} ms per question.",
@@ -139,25 +144,25 @@ pub fn EvalPanel() -> impl IntoView {
             })}
             {move || engine.eval.get().map(|p| {
                 let frac = if p.total > 0 { p.done as f64 / p.total as f64 } else { 0.0 };
-                let state = p.state.clone();
+                let state = p.state;
                 view! {
                     <div class="progress" role="status" data-testid="eval-progress">
                         <progress max="1" value=frac></progress>
-                        <p data-testid="eval-count">{format!("{} / {} answered — {:.2} questions/s — ETA {} — {}", p.done, p.total, p.rate, duration(p.eta_s), p.state)}</p>
+                        <p data-testid="eval-count">{format!("{} / {} answered — {:.2} questions/s — ETA {} — {}", p.done, p.total, p.rate, duration(p.eta_s), p.state.as_str())}</p>
                         <table class="grid"><thead><tr><th>"task"</th><th>"running accuracy"</th><th>"n"</th></tr></thead><tbody>
-                            {p.per_task.iter().map(|(t, (c, k))| view! { <tr><td>{t.clone()}</td><td>{format!("{:.1}%", if *k > 0 { 100.0 * *c as f64 / *k as f64 } else { 0.0 })}</td><td>{*k}</td></tr> }).collect_view()}
+                            {p.per_task.iter().map(|(t, tally)| view! { <tr><td>{t.clone()}</td><td>{format!("{:.1}%", tally.percent())}</td><td>{tally.answered}</td></tr> }).collect_view()}
                         </tbody></table>
                         <div class="row">
-                            {(state == "running").then(|| view! { <button class="secondary" data-testid="eval-pause" on:click=move |_| engine.send(&Request::EvalPause)>"Pause"</button> })}
-                            {(state == "paused").then(|| view! { <button data-testid="eval-continue" on:click=move |_| engine.send(&Request::EvalContinue)>"Resume"</button> })}
-                            {(state == "running" || state == "paused").then(|| view! { <button class="secondary" data-testid="eval-cancel" on:click=move |_| engine.send(&Request::EvalCancel)>"Cancel"</button> })}
+                            {(state == RunState::Running).then(|| view! { <button class="secondary" data-testid="eval-pause" on:click=move |_| engine.send(&Request::EvalPause)>"Pause"</button> })}
+                            {(state == RunState::Paused).then(|| view! { <button data-testid="eval-continue" on:click=move |_| engine.send(&Request::EvalContinue)>"Resume"</button> })}
+                            {state.is_live().then(|| view! { <button class="secondary" data-testid="eval-cancel" on:click=move |_| engine.send(&Request::EvalCancel)>"Cancel"</button> })}
                         </div>
                     </div>
                 }
             })}
             <h3>"Runs kept in this browser"</h3>
             {move || {
-                let runs = engine.cache.get().1;
+                let runs = engine.cache.get().runs;
                 if runs.is_empty() {
                     return view! { <p class="hint">"No runs yet. Every answered question is saved as it completes, so a reload or crash loses nothing."</p> }.into_any();
                 }
@@ -175,9 +180,9 @@ pub fn EvalPanel() -> impl IntoView {
                                     <td class="actions">
                                         {(!r.finished).then(|| view! { <button data-testid="run-resume" disabled=move || !ready() || running() on:click=move |_| engine.send(&Request::EvalResume { run_id: a.clone() })>"Resume"</button> })}
                                         <button class="secondary" data-testid="run-report" on:click=move |_| engine.send(&Request::RunReport { run_id: b.clone() })>"Report"</button>
-                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: c.clone(), format: "leaderboard".into() })>"Predictions JSON"</button>
-                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: d.clone(), format: "csv".into() })>"CSV"</button>
-                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: e.clone(), format: "markdown".into() })>"Markdown"</button>
+                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: c.clone(), format: RunExport::Leaderboard })>"Predictions JSON"</button>
+                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: d.clone(), format: RunExport::Csv })>"CSV"</button>
+                                        <button class="secondary" on:click=move |_| engine.send(&Request::Export { run_id: e.clone(), format: RunExport::Markdown })>"Markdown"</button>
                                         <button class="secondary" on:click=move |_| engine.send(&Request::DeleteRun { run_id: f.clone() })>"Delete"</button>
                                     </td>
                                 </tr>

@@ -2,7 +2,7 @@
 
 use leptos::prelude::*;
 
-use super::engine::GpuState;
+use super::signals::GpuState;
 
 fn mib(bytes: f64) -> String {
     format!("{:.0} MiB", bytes / (1u64 << 20) as f64)

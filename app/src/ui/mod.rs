@@ -11,6 +11,7 @@ mod model_panel;
 mod progress;
 mod quiz_panel;
 mod report_panel;
+pub mod signals;
 mod study_panel;
 mod xray_view;
 

@@ -4,8 +4,9 @@
 use leptos::prelude::*;
 use web_sys::{DragEvent, File, HtmlInputElement};
 
-use super::engine::{Engine, Progress, bytes};
+use super::engine::{Engine, bytes};
 use super::progress::ProgressBar;
+use super::signals::Progress;
 use crate::protocol::{Compute, DEFAULT_MMPROJ_URL, DEFAULT_TEXT_URL, Request};
 
 fn first_file(ev: &leptos::ev::Event) -> Option<File> {
@@ -58,7 +59,7 @@ pub fn ModelPanel() -> impl IntoView {
         }));
         engine.send_with(&Request::ImportModel, &files);
     };
-    let stored = move || engine.cache.get().0;
+    let stored = move || engine.cache.get().models;
     let load_stored = move |_| {
         let t = pick_text.get_untracked();
         if t.is_empty() {
@@ -143,7 +144,7 @@ pub fn ModelPanel() -> impl IntoView {
                     </div>
                 }.into_any()
             }}
-            {move || engine.cache.get().2.map(|(used, quota)| view! { <p class="hint">{format!("Browser storage: {} used of {}", bytes(used), bytes(quota))}</p> })}
+            {move || engine.cache.get().usage.map(|u| view! { <p class="hint">{format!("Browser storage: {} used of {}", bytes(u.used), bytes(u.quota))}</p> })}
             {move || engine.model.get().map(|c| view! {
                 <div class="model-card" data-testid="model-card">
                     <h3>"Loaded: " {c.name.clone()}</h3>
@@ -157,11 +158,11 @@ pub fn ModelPanel() -> impl IntoView {
                         <dt>"Runs on"</dt><dd data-testid="model-compute">{c.compute.clone()}</dd>
                         <dt>"Load time"</dt><dd>{format!("{:.1} s", c.load_s)}</dd>
                         <dt>"Memory"</dt><dd data-testid="memory"
-                            data-wasm-bytes=move || engine.memory.get().map(|m| m.0.to_string())
-                            data-device-bytes=move || engine.memory.get().and_then(|m| m.1).map(|d| d.to_string())>{move || engine.memory.get().map_or_else(String::new, |(wasm, dev)| format!(
+                            data-wasm-bytes=move || engine.memory.get().map(|m| m.wasm_bytes.to_string())
+                            data-device-bytes=move || engine.memory.get().and_then(|m| m.device_bytes).map(|d| d.to_string())>{move || engine.memory.get().map_or_else(String::new, |m| format!(
                             "worker {} (WebAssembly peak, at most 4.3 GB){}",
-                            bytes(wasm),
-                            dev.map(|d| format!("; device pool {}", bytes(d))).unwrap_or_default()
+                            bytes(m.wasm_bytes),
+                            m.device_bytes.map(|d| format!("; device pool {}", bytes(d))).unwrap_or_default()
                         ))}</dd>
                         {c.sha256.iter().map(|(k, v)| view! { <dt>{k.clone()}</dt><dd class="hash" data-testid="model-sha256">{v.clone()}</dd> }).collect_view()}
                     </dl>

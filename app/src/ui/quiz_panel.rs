@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 use rexvqa_engine::image::Policy;
-use rexvqa_engine::quiz::{CaseAnswer, FORMAT, QuizResults, QuizSettings, ShowModel};
+use rexvqa_engine::quiz::{Key, QuizExport, QuizSettings, QuizTaking, ShowModel, Step};
 use rexvqa_engine::rexvqa::Letter;
 use rexvqa_engine::score::Cell;
 use rexvqa_engine::session::Mode;
@@ -52,7 +52,9 @@ fn picked(ev: &leptos::ev::Event) -> Vec<File> {
         .unwrap_or_default()
 }
 
-/// The quiz panel.
+/// The quiz panel: the setup form, then the quiz taken case by case. The rules of taking it
+/// (what a key does, when time is up, where the model's answer goes) live in the engine's
+/// [`QuizTaking`]; this component renders it and sends the requests its steps call for.
 #[component]
 pub fn QuizPanel() -> impl IntoView {
     let engine = expect_context::<Engine>();
@@ -65,67 +67,62 @@ pub fn QuizPanel() -> impl IntoView {
     let category = RwSignal::new(String::new());
     let limit = RwSignal::new(0u32);
     let show = RwSignal::new(ShowModel::AfterEach);
-    // The quiz being taken.
-    let results = RwSignal::new(None::<QuizResults>);
-    let position = RwSignal::new(0usize);
-    let selected = RwSignal::new(None::<Letter>);
-    let started = RwSignal::new(0f64);
+    // The quiz being taken, and the clock its countdown reads.
+    let taking = RwSignal::new(QuizTaking::default());
     let now = RwSignal::new(0f64);
+    // Narrow views of it: choosing a letter must not rebuild the case (that would drop the
+    // keyboard focus), only the options.
+    let results = Memo::new(move |_| taking.with(|t| t.results().cloned()));
+    let position = Memo::new(move |_| taking.with(|t| t.position()));
+    let selected = Memo::new(move |_| taking.with(|t| t.selected()));
     let case_ref = NodeRef::<leptos::html::Div>::new();
 
     let split_name = move || engine.split_or_first(split.get_untracked());
-    let current_id = move || {
-        results.with(|r| {
-            r.as_ref()
-                .and_then(|r| r.quiz.ids.get(position.get()).cloned())
-        })
-    };
-    let answered =
-        move |i: usize| results.with(|r| r.as_ref().is_some_and(|r| r.answers.len() > i));
     let save = move || {
-        if let Some(r) = results.get_untracked() {
-            engine.send(&Request::SaveQuiz {
-                results: r,
-                position: position.get_untracked(),
-            });
+        if let Some(saved) = taking.with_untracked(QuizTaking::saved) {
+            engine.send(&Request::SaveQuiz { saved });
         }
     };
-    let score = move |export: Option<&str>| {
-        if let Some(r) = results.get_untracked() {
+    let score = move |export: Option<QuizExport>| {
+        if let Some(r) = taking.with_untracked(|t| t.results().cloned()) {
             engine.send(&Request::QuizReport {
                 split: r.quiz.settings.split.clone(),
                 results: r,
-                export: export.map(String::from),
+                export,
             });
         }
     };
-    let open_case = move |i: usize| {
-        position.set(i);
-        selected.set(results.with_untracked(|r| {
-            r.as_ref()
-                .and_then(|r| r.answers.get(i))
-                .and_then(|a| a.student)
-        }));
-        started.set(now_ms());
-        let Some((split, id, n)) = results.with_untracked(|r| {
-            r.as_ref().map(|r| {
-                (
-                    r.quiz.settings.split.clone(),
-                    r.quiz.ids.get(i).cloned(),
-                    r.quiz.ids.len(),
-                )
-            })
-        }) else {
-            return;
-        };
-        save();
-        match id {
-            Some(id) => {
+    // What the page does after each move; every step but `Stay` changed the saved progress.
+    let follow = move |step: Step| {
+        if step != Step::Stay {
+            save();
+        }
+        match step {
+            Step::Stay => {}
+            Step::Show { split, id } => {
                 engine.ask.set(Default::default());
                 engine.send(&Request::GetQuestion { split, id });
             }
-            None if n > 0 => score(None),
-            None => {}
+            Step::Score => score(None),
+            // The model answers every case when one is loaded; the setting only decides when
+            // the student sees it.
+            Step::Answered { split, id } if engine.model.get_untracked().is_some() => {
+                engine.ask.set(Default::default());
+                engine.send(&Request::Ask {
+                    split,
+                    id,
+                    mode: Mode::Fast,
+                    policy: Policy::default(),
+                    all_images: false,
+                });
+            }
+            Step::Answered { .. } => {}
+        }
+    };
+    let act = move |f: &dyn Fn(&mut QuizTaking, f64) -> Step| {
+        let t = now_ms();
+        if let Some(step) = taking.try_update(|q| f(q, t)) {
+            follow(step);
         }
     };
     // Keyboard answers need the case focused whenever a case (re)appears.
@@ -140,14 +137,9 @@ pub fn QuizPanel() -> impl IntoView {
     Effect::new(move |_| {
         if let Some(q) = engine.quiz.get() {
             engine.quiz_report.set(None);
-            results.set(Some(QuizResults {
-                format: FORMAT.into(),
-                reader: reader.get_untracked(),
-                quiz: q,
-                answers: Vec::new(),
-            }));
             engine.quiz.set(None);
-            open_case(0);
+            let reader = reader.get_untracked();
+            act(&move |t, now| t.start(q.clone(), reader.clone(), now));
         }
     });
     let start = move |_| {
@@ -166,48 +158,10 @@ pub fn QuizPanel() -> impl IntoView {
         });
     };
     let resume = move |_| {
-        if let Some((r, i)) = engine.saved_quiz.get_untracked() {
+        if let Some(saved) = engine.saved_quiz.get_untracked() {
             engine.saved_quiz.set(None);
             engine.quiz_report.set(None);
-            results.set(Some(r));
-            open_case(i);
-        }
-    };
-    let submit = move || {
-        let Some(id) = current_id() else { return };
-        if answered(position.get_untracked()) {
-            return;
-        }
-        let ms = (now_ms() - started.get_untracked()).max(0.0) as u64;
-        let student = selected.get_untracked();
-        results.update(|r| {
-            if let Some(r) = r {
-                r.answers.push(CaseAnswer {
-                    id: id.clone(),
-                    student,
-                    ms,
-                    model: None,
-                    model_probs: None,
-                });
-            }
-        });
-        save();
-        // The model answers every case when one is loaded; the setting only decides when the
-        // student sees it.
-        if engine.model.get_untracked().is_some() {
-            let split = results.with_untracked(|r| {
-                r.as_ref()
-                    .map(|r| r.quiz.settings.split.clone())
-                    .unwrap_or_default()
-            });
-            engine.ask.set(Default::default());
-            engine.send(&Request::Ask {
-                split,
-                id,
-                mode: Mode::Fast,
-                policy: Policy::default(),
-                all_images: false,
-            });
+            act(&move |t, now| t.resume(saved.clone(), now));
         }
     };
     // The model's answer lands in the case it was asked for.
@@ -215,34 +169,21 @@ pub fn QuizPanel() -> impl IntoView {
         let Some(a) = engine.ask.get().answer else {
             return;
         };
-        let mut changed = false;
-        results.update(|r| {
-            if let Some(case) = r
-                .as_mut()
-                .and_then(|r| r.answers.iter_mut().find(|c| c.id == a.id))
-                && case.model.is_none()
-            {
-                case.model = a.prediction;
-                case.model_probs = a.probs.clone();
-                changed = true;
-            }
-        });
-        if changed {
+        let landed = taking.try_update(|t| t.model_answered(&a.id, a.prediction, a.probs.clone()));
+        if landed == Some(true) {
             save();
         }
     });
     // The clock: a countdown when the quiz has a time limit; out of time submits the selection.
     let tick = leptos::prelude::set_interval_with_handle(
         move || {
-            now.set(now_ms());
-            let limit =
-                results.with_untracked(|r| r.as_ref().and_then(|r| r.quiz.settings.time_limit_s));
-            if let Some(l) = limit
-                && current_id().is_some()
-                && !answered(position.get_untracked())
-                && now_ms() - started.get_untracked() >= f64::from(l) * 1000.0
+            let t = now_ms();
+            now.set(t);
+            if taking
+                .with_untracked(|q| q.time_left_s(t))
+                .is_some_and(|left| left <= 0.0)
             {
-                submit();
+                act(&|q, t| q.tick(t));
             }
         },
         std::time::Duration::from_millis(250),
@@ -253,41 +194,20 @@ pub fn QuizPanel() -> impl IntoView {
         }
     });
     let on_key = move |ev: KeyboardEvent| {
-        let key = ev.key();
-        let revealed = answered(position.get_untracked());
-        match key.as_str() {
-            k if k.chars().count() == 1 && !revealed => {
-                if let Some(l) = k
-                    .chars()
-                    .next()
-                    .and_then(|c| Letter::from_char(c.to_ascii_uppercase()))
-                {
-                    selected.set(Some(l));
-                    ev.prevent_default();
-                }
-            }
-            "Enter" if !revealed => {
-                if selected.get_untracked().is_some() {
-                    submit();
-                }
-                ev.prevent_default();
-            }
-            "Enter" | "ArrowRight" if revealed => {
-                open_case(position.get_untracked() + 1);
-                ev.prevent_default();
-            }
-            "ArrowLeft" if position.get_untracked() > 0 => {
-                open_case(position.get_untracked() - 1);
-                ev.prevent_default();
-            }
-            _ => {}
+        let Some(key) = Key::from_dom(&ev.key()) else {
+            return;
+        };
+        let t = now_ms();
+        if let Some(step) = taking.try_update(|q| q.key(key, t)).flatten() {
+            ev.prevent_default();
+            follow(step);
         }
     };
+    let next = move || act(&|t, now| t.next(now));
     let new_quiz = move |_| {
         engine.send(&Request::ClearQuiz);
-        results.set(None);
+        taking.update(QuizTaking::reset);
         engine.quiz_report.set(None);
-        position.set(0);
     };
     let on_import = move |ev: leptos::ev::Event| {
         let files = picked(&ev);
@@ -335,7 +255,7 @@ pub fn QuizPanel() -> impl IntoView {
     let setup = move || {
         view! {
             <div class="quiz-setup" data-testid="quiz-setup">
-                {move || engine.saved_quiz.get().map(|(r, i)| view! {
+                {move || engine.saved_quiz.get().map(|saved| (saved.results, saved.position)).map(|(r, i)| view! {
                     <p>
                         <button data-testid="quiz-resume" on:click=resume>
                             {format!("Resume the quiz of {} (case {} of {})", if r.reader.is_empty() { "an unnamed reader".to_string() } else { r.reader.clone() }, (i + 1).min(r.quiz.ids.len()), r.quiz.ids.len())}
@@ -392,7 +312,7 @@ pub fn QuizPanel() -> impl IntoView {
                 <p class="row">
                     <strong data-testid="quiz-position">{format!("{} / {n}", i + 1)}</strong>
                     {limit_s.filter(|_| !revealed).map(|l| view! {
-                        <span data-testid="quiz-timer">{move || format!(" — {:.0} s left", (f64::from(l) - (now.get() - started.get()) / 1000.0).max(0.0))}</span>
+                        <span data-testid="quiz-timer">{move || format!(" — {:.0} s left", taking.with(|t| t.time_left_s(now.get())).unwrap_or(f64::from(l)).max(0.0))}</span>
                     })}
                     <span class="hint">" Keys: A–D choose, Enter answers and then moves on, ← → move between answered cases."</span>
                 </p>
@@ -411,14 +331,14 @@ pub fn QuizPanel() -> impl IntoView {
                                     <li data-testid=format!("quiz-option-{l}")
                                         class:chosen=move || selected.get() == Some(l)
                                         class:truth=truth
-                                        on:click=move |_| if !answered(position.get_untracked()) { selected.set(Some(l)) }>
+                                        on:click=move |_| taking.update(|t| t.choose(l))>
                                         {o.clone()}
                                     </li>
                                 }
                             }).collect_view()}
                         </ol>
                         {(!revealed).then(|| view! {
-                            <button data-testid="quiz-submit" disabled=move || selected.get().is_none() on:click=move |_| submit()>"Answer (Enter)"</button>
+                            <button data-testid="quiz-submit" disabled=move || selected.get().is_none() on:click=move |_| act(&|t, now| t.submit(now))>"Answer (Enter)"</button>
                         })}
                         {revealed.then(|| {
                             let a = answer.clone();
@@ -439,7 +359,7 @@ pub fn QuizPanel() -> impl IntoView {
                                         </p>
                                     })}
                                     {q.explanation.clone().map(|e| view! { <p class="explanation">{e}</p> })}
-                                    <button data-testid="quiz-next" on:click=move |_| open_case(position.get_untracked() + 1)>
+                                    <button data-testid="quiz-next" on:click=move |_| next()>
                                         {if i + 1 < n { "Next case (Enter)" } else { "See the results (Enter)" }}
                                     </button>
                                 </div>
@@ -496,9 +416,9 @@ pub fn QuizPanel() -> impl IntoView {
                     <p data-testid="quiz-disagreements">{format!("You and the model disagreed on {} case(s): {}", rep.disagreements.len(), rep.disagreements.join(", "))}</p>
                 })}
                 <div class="row">
-                    <button class="secondary" data-testid="quiz-export-json" on:click=move |_| score(Some("json"))>"Save results (JSON)"</button>
-                    <button class="secondary" on:click=move |_| score(Some("csv"))>"CSV"</button>
-                    <button class="secondary" on:click=move |_| score(Some("markdown"))>"Markdown"</button>
+                    <button class="secondary" data-testid="quiz-export-json" on:click=move |_| score(Some(QuizExport::Json))>"Save results (JSON)"</button>
+                    <button class="secondary" on:click=move |_| score(Some(QuizExport::Csv))>"CSV"</button>
+                    <button class="secondary" on:click=move |_| score(Some(QuizExport::Markdown))>"Markdown"</button>
                     <button class="secondary" on:click=export_quiz>"Share this quiz (JSON, no images)"</button>
                     <button data-testid="quiz-new" on:click=new_quiz>"New quiz"</button>
                 </div>

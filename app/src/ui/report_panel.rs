@@ -8,7 +8,8 @@ use rexvqa_engine::score::Cell;
 use web_sys::{File, HtmlInputElement};
 
 use super::engine::Engine;
-use crate::protocol::Request;
+use crate::protocol::{ReportSource, Request};
+use rexvqa_engine::eval::export::RunExport;
 
 fn pct(x: f64) -> String {
     format!("{:.2}", 100.0 * x)
@@ -38,14 +39,16 @@ pub fn ReportPanel() -> impl IntoView {
         <section class="card" data-testid="report-panel" aria-labelledby="report-title">
             <h2 id="report-title">"Report"</h2>
             {move || engine.report.get().is_none().then(|| view! { <p class="hint">"Finish or open a run (Evaluate → Report), or merge shard files below."</p> })}
-            {move || engine.report.get().map(|(run_id, r, missing)| {
+            {move || engine.report.get().map(|rr| {
+                let (source, r) = (rr.source, rr.report);
+                let missing = match source { ReportSource::Merged { missing } => missing, ReportSource::Run { .. } => 0 };
                 let o = r.official.overall;
                 let rb = r.robust.overall;
                 let refs = refs.get_value();
                 let fig = |k: &str, t: &str| refs[k]["tasks"][t].as_f64().map(pct).unwrap_or_default();
                 view! {
                     <div data-testid="report">
-                        <p class="hint">{format!("{run_id}: {} of {} questions answered{}", r.answered, r.in_scope, if missing > 0 { format!(", {missing} not in any shard") } else { String::new() })}</p>
+                        <p class="hint">{format!("{}: {} of {} questions answered{}", source.label(), r.answered, r.in_scope, if missing > 0 { format!(", {missing} not in any shard") } else { String::new() })}</p>
                         <p class="hint" data-testid="report-accounting">{format!(
                             "{} record(s) rejected by the split parser; {} question(s) unanswerable (no usable image; {})",
                             r.rejected_records.len(), r.unanswerable.len(), r.settings.without_image_policy()
@@ -59,16 +62,16 @@ pub fn ReportPanel() -> impl IntoView {
                                     </tbody></table>
                                 </details>
                             }).collect_view()}
-                        {(run_id != "merged").then(|| {
-                            let export = move |format: &'static str| {
+                        {match source { ReportSource::Run { run_id } => Some(run_id), ReportSource::Merged { .. } => None }.map(|run_id| {
+                            let export = move |format: RunExport| {
                                 let run_id = run_id.clone();
-                                move |_| engine.send(&Request::Export { run_id: run_id.clone(), format: format.into() })
+                                move |_| engine.send(&Request::Export { run_id: run_id.clone(), format })
                             };
                             view! {
                                 <div class="row">
-                                    <button class="secondary" data-testid="report-export-leaderboard" on:click=export("leaderboard")>"Predictions (leaderboard JSON)"</button>
-                                    <button class="secondary" data-testid="report-export-csv" on:click=export("csv")>"CSV"</button>
-                                    <button class="secondary" data-testid="report-export-markdown" on:click=export("markdown")>"Markdown report"</button>
+                                    <button class="secondary" data-testid="report-export-leaderboard" on:click=export(RunExport::Leaderboard)>"Predictions (leaderboard JSON)"</button>
+                                    <button class="secondary" data-testid="report-export-csv" on:click=export(RunExport::Csv)>"CSV"</button>
+                                    <button class="secondary" data-testid="report-export-markdown" on:click=export(RunExport::Markdown)>"Markdown report"</button>
                                 </div>
                             }
                         })}

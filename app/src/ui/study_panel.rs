@@ -5,7 +5,10 @@ use leptos::prelude::*;
 use rexvqa_engine::image::Policy;
 use rexvqa_engine::session::Mode;
 
-use super::engine::{AskState, Engine};
+use rexvqa_engine::rexvqa::QuestionFilter;
+
+use super::engine::Engine;
+use super::signals::AskState;
 use super::xray_view::XrayView;
 use crate::protocol::Request;
 
@@ -15,7 +18,8 @@ const PAGE: usize = 25;
 #[component]
 fn OptionBars(state: RwSignal<AskState>, options: Vec<String>) -> impl IntoView {
     move || {
-        state.get().scores.map(|(letters, probs)| {
+        state.get().scores.map(|s| {
+            let (letters, probs) = (s.letters, s.probs);
             let best = probs.iter().enumerate().fold(0, |b, (i, p)| if *p > probs[b] { i } else { b });
             view! {
                 <ul class="bars" data-testid="option-bars">
@@ -63,9 +67,11 @@ pub fn StudyPanel() -> impl IntoView {
         let opt = |v: String| (!v.is_empty()).then_some(v);
         engine.send(&Request::ListQuestions {
             split: s,
-            query: query.get(),
-            task: opt(task.get()),
-            category: opt(category.get()),
+            filter: QuestionFilter {
+                query: query.get(),
+                task: opt(task.get()),
+                category: opt(category.get()),
+            },
             offset: offset.get(),
             limit: PAGE,
         });
@@ -99,7 +105,6 @@ pub fn StudyPanel() -> impl IntoView {
             return;
         };
         engine.ask.set(AskState {
-            id: q.id.clone(),
             busy: true,
             ..Default::default()
         });
@@ -120,7 +125,6 @@ pub fn StudyPanel() -> impl IntoView {
             return;
         }
         engine.free.set(AskState {
-            id: "free".into(),
             busy: true,
             ..Default::default()
         });
@@ -144,17 +148,17 @@ pub fn StudyPanel() -> impl IntoView {
                 <label>"Search " <input type="search" placeholder="id, words, study" data-testid="study-search" prop:value=move || query.get() on:input=move |ev| { query.set(event_target_value(&ev)); offset.set(0); } /></label>
                 <label>"Task " <select on:change=move |ev| { task.set(event_target_value(&ev)); offset.set(0); }>
                     <option value="">"all"</option>
-                    {move || engine.questions.get().2.into_iter().map(|t| view! { <option value=t.clone()>{t.clone()}</option> }).collect_view()}
+                    {move || engine.questions.get().tasks.into_iter().map(|t| view! { <option value=t.clone()>{t.clone()}</option> }).collect_view()}
                 </select></label>
                 <label>"Category " <select on:change=move |ev| { category.set(event_target_value(&ev)); offset.set(0); }>
                     <option value="">"all"</option>
-                    {move || engine.questions.get().3.into_iter().map(|t| view! { <option value=t.clone()>{t.clone()}</option> }).collect_view()}
+                    {move || engine.questions.get().categories.into_iter().map(|t| view! { <option value=t.clone()>{t.clone()}</option> }).collect_view()}
                 </select></label>
             </div>
             <table class="grid questions" data-testid="question-list">
                 <thead><tr><th>"id"</th><th>"task"</th><th>"question"</th></tr></thead>
                 <tbody>
-                    {move || engine.questions.get().1.into_iter().map(|r| {
+                    {move || engine.questions.get().items.into_iter().map(|r| {
                         let id = r.id.clone();
                         let id2 = r.id.clone();
                         view! {
@@ -168,8 +172,8 @@ pub fn StudyPanel() -> impl IntoView {
             </table>
             <div class="row">
                 <button class="secondary" disabled=move || offset.get() == 0 on:click=move |_| offset.update(|o| *o = o.saturating_sub(PAGE))>"◀ Previous"</button>
-                <span>{move || { let t = engine.questions.get().0; format!("{}–{} of {t}", (offset.get() + 1).min(t), (offset.get() + PAGE).min(t)) }}</span>
-                <button class="secondary" disabled=move || { offset.get() + PAGE >= engine.questions.get().0 } on:click=move |_| offset.update(|o| *o += PAGE)>"Next ▶"</button>
+                <span>{move || { let t = engine.questions.get().total; format!("{}–{} of {t}", (offset.get() + 1).min(t), (offset.get() + PAGE).min(t)) }}</span>
+                <button class="secondary" disabled=move || { offset.get() + PAGE >= engine.questions.get().total } on:click=move |_| offset.update(|o| *o += PAGE)>"Next ▶"</button>
             </div>
             {move || engine.question.get().map(|q| {
                 let options = q.options.clone();

@@ -5,7 +5,8 @@ use leptos::prelude::*;
 use wasm_bindgen::{Clamped, JsCast};
 use web_sys::{CanvasRenderingContext2d, ImageData, KeyboardEvent, PointerEvent, WheelEvent};
 
-use super::engine::{Engine, Pixels};
+use super::engine::Engine;
+use super::signals::Pixels;
 
 fn draw(canvas: &web_sys::HtmlCanvasElement, px: &Pixels, window: f64, level: f64) {
     let (w, h) = (px.width, px.height);

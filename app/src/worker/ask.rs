@@ -1,0 +1,152 @@
+//! Asking the model about one question: a split question (fast or official mode, as an
+//! evaluation would) or the user's own question about its study (streamed). Consecutive
+//! questions on one study share its image features and prompt prefix.
+
+use rexvqa_engine::eval::{self, Answer, Settings};
+use rexvqa_engine::rexvqa::{Letter, Record, prompt};
+use rexvqa_engine::session::{Session, StudyCache};
+
+use super::reply::Replies;
+use super::state::{self, FileStore, PerfClock};
+use crate::io::now_ms;
+use crate::protocol::{AskTarget, Event};
+
+/// Tokens the free question may generate.
+const FREE_MAX_TOKENS: usize = 512;
+/// Milliseconds between streamed-text events.
+const STREAM_EVERY_MS: f64 = 80.0;
+
+fn study_key(split_name: &str, r: &Record) -> String {
+    format!("{split_name}\u{0}{}", r.study_key())
+}
+
+/// The cache of the study `key` if it was the last one asked about, else an empty one.
+fn take_study(key: &str) -> StudyCache {
+    match state::with(|s| s.study.take()) {
+        Some((k, c)) if k == key => c,
+        _ => StudyCache::default(),
+    }
+}
+
+/// Keeps `session`'s cache as the study `key`'s for the next question.
+fn keep_study(key: String, session: Session<'_>) {
+    let cache = session.into_cache();
+    state::with(|s| s.study = Some((key, cache)));
+}
+
+/// Answers question `id` of `split_name` as an evaluation would, streaming official-mode text.
+pub async fn question(
+    out: Replies,
+    split_name: &str,
+    id: &str,
+    settings: Settings,
+) -> Result<(), String> {
+    let (model, s) = (state::model()?, state::split(split_name)?);
+    let r = s
+        .get(id)
+        .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
+    let study = study_key(split_name, r);
+    let target = AskTarget::Question { id: id.into() };
+    let mut session = Session::with_cache(&model, take_study(&study));
+    let mut last = 0.0;
+    let a = eval::answer(
+        &mut session,
+        r,
+        &settings,
+        &FileStore::current(),
+        &PerfClock,
+        &mut |text| {
+            let now = now_ms();
+            if now - last > STREAM_EVERY_MS {
+                last = now;
+                out.post(Event::AskText {
+                    target: target.clone(),
+                    text: text.into(),
+                });
+            }
+        },
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    keep_study(study, session);
+    if let Some(p) = &a.probs {
+        out.post(Event::AskScores {
+            target: target.clone(),
+            letters: Letter::ALL[..p.len()].to_vec(),
+            probs: p.clone(),
+        });
+    }
+    out.post(Event::AskText {
+        target: target.clone(),
+        text: a.response.clone(),
+    });
+    out.post(Event::AskDone { target, answer: a });
+    Ok(())
+}
+
+/// Answers the user's own question `text` about the study of question `id`, streaming.
+pub async fn free(
+    out: Replies,
+    split_name: &str,
+    id: &str,
+    text: &str,
+    settings: Settings,
+) -> Result<(), String> {
+    let (model, s) = (state::model()?, state::split(split_name)?);
+    let r = s
+        .get(id)
+        .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
+    let study = study_key(split_name, r);
+    let mut session = Session::with_cache(&model, take_study(&study));
+    let (feats, missing) = eval::features(&mut session, r, &settings, &FileStore::current())
+        .await
+        .map_err(|e| e.to_string())?;
+    if !missing.is_empty() {
+        return Err(format!(
+            "cannot read the study's images: {}",
+            missing.join("; ")
+        ));
+    }
+    let ids = model
+        .tokenize_rendered(
+            &prompt::chat(Some(prompt::SYSTEM), text, feats.len()),
+            feats.len(),
+        )
+        .map_err(|e| e.to_string())?;
+    let t0 = now_ms();
+    let mut last = 0.0;
+    let generated = session
+        .generate(&ids, &feats, FREE_MAX_TOKENS, &mut |_, so_far| {
+            let now = now_ms();
+            if now - last > STREAM_EVERY_MS {
+                last = now;
+                out.post(Event::AskText {
+                    target: AskTarget::Free,
+                    text: so_far.into(),
+                });
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    keep_study(study, session);
+    let text = model.tokenizer.decode(&generated, true);
+    out.post(Event::AskText {
+        target: AskTarget::Free,
+        text: text.clone(),
+    });
+    out.post(Event::AskDone {
+        target: AskTarget::Free,
+        answer: Answer {
+            // The free question is about this question's study.
+            id: id.into(),
+            prediction: None,
+            robust: None,
+            response: text,
+            probs: None,
+            missing_images: Vec::new(),
+            unanswerable: None,
+            ms: now_ms() - t0,
+        },
+    });
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! The engine worker: owns the model, the opened dataset and the evaluation runs; receives
+//! requests from the UI thread and posts events back. The UI never runs model code, so the page
+//! never freezes.
+//!
+//! This module only routes: each request goes to the module of its job ([`storage`], [`model`],
+//! [`dataset`], [`ask`], [`runs`], [`quiz`]); every event it causes, its error included, carries
+//! its id, and [`Event::Done`] closes it.
+
+mod ask;
+mod dataset;
+mod model;
+mod quiz;
+mod reply;
+mod runs;
+mod state;
+mod storage;
+
+use js_sys::{Array, Reflect};
+use rexvqa_engine::eval::Settings;
+use rexvqa_engine::image::Policy;
+use rexvqa_engine::session::Mode;
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use web_sys::{DedicatedWorkerGlobalScope, File, MessageEvent};
+
+use crate::protocol::{Call, Event, MemoryUse, Request};
+use reply::Replies;
+use runs::Control;
+
+fn ask_settings(mode: Mode, policy: Policy, all_images: bool) -> Settings {
+    Settings {
+        mode,
+        policy,
+        all_images,
+        ..Settings::default()
+    }
+}
+
+/// Runs one request; its events go to `out`.
+async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), String> {
+    match req {
+        Request::ProbeGpu => out.post(model::probe_gpu().await),
+        Request::SetCompute { compute } => model::set_compute(compute),
+        Request::ListCache => out.post(storage::list_cache().await?),
+        Request::ImportModel => model::import(out, &attached).await?,
+        Request::DownloadModel {
+            text_url,
+            mmproj_url,
+        } => model::download(out, &text_url, &mmproj_url).await?,
+        Request::LoadModel { text, mmproj } => {
+            let card = model::load_stored(out, &text, mmproj.as_deref(), None).await?;
+            out.post(Event::ModelLoaded(card));
+        }
+        Request::DeleteModel { name } => {
+            storage::delete_model(&name).await?;
+            out.post(storage::list_cache().await?);
+        }
+        Request::Bench {
+            prefill,
+            decode,
+            official_max_tokens,
+        } => model::bench(out, prefill, decode, official_max_tokens).await?,
+        Request::OpenDataset { paths } => dataset::open(out, paths, attached).await?,
+        Request::UnpackCancel => dataset::cancel_unpack(),
+        Request::DeleteUnpacked => dataset::delete_unpacked(out).await?,
+        Request::ListQuestions {
+            split,
+            filter,
+            offset,
+            limit,
+        } => out.post(dataset::list_questions(&split, &filter, offset, limit)?),
+        Request::GetQuestion { split, id } => out.post(dataset::question(&split, &id)?),
+        Request::GetImage { path } => dataset::image(out, &path).await?,
+        Request::Ask {
+            split,
+            id,
+            mode,
+            policy,
+            all_images,
+        } => ask::question(out, &split, &id, ask_settings(mode, policy, all_images)).await?,
+        Request::AskFree {
+            split,
+            id,
+            text,
+            policy,
+            all_images,
+        } => {
+            let settings = ask_settings(Mode::Official, policy, all_images);
+            ask::free(out, &split, &id, &text, settings).await?
+        }
+        Request::EvalStart {
+            split,
+            scope,
+            settings,
+        } => runs::start(out, split, scope, settings).await?,
+        Request::EvalResume { run_id } => runs::resume(out, run_id).await?,
+        Request::EvalPause => runs::control(Control::Pause),
+        Request::EvalContinue => runs::control(Control::Continue),
+        Request::EvalCancel => runs::control(Control::Cancel),
+        Request::RunReport { run_id } => out.post(runs::report(run_id).await?),
+        Request::Export { run_id, format } => out.post(runs::export(&run_id, format).await?),
+        Request::MergeShards { split, names } => {
+            out.post(runs::merge(&split, names, attached).await?)
+        }
+        Request::Calibrate {
+            split,
+            scope,
+            settings,
+        } => runs::calibrate(out, &split, &scope, &settings).await?,
+        Request::DeleteRun { run_id } => {
+            runs::delete(&run_id).await?;
+            out.post(storage::list_cache().await?);
+        }
+        Request::MakeQuiz { split, settings } => out.post(quiz::make(&split, &settings)?),
+        Request::OpenQuiz { split, json } => out.post(quiz::open(&split, &json)?),
+        Request::SaveQuiz { saved } => quiz::save(&saved).await?,
+        Request::LoadQuiz => out.post(quiz::load().await?),
+        Request::ClearQuiz => quiz::clear().await?,
+        Request::QuizReport {
+            split,
+            results,
+            export,
+        } => quiz::report(out, &split, &results, export)?,
+        Request::ReaderStudy { split, files } => out.post(quiz::reader_study(&split, &files)?),
+    }
+    Ok(())
+}
+
+/// Runs a call; reports its error, the worker's memory after it, and its end.
+async fn handle(call: Call, attached: Vec<File>) {
+    let out = Replies::to(call.id);
+    let name = call.request.name();
+    if let Err(e) = route(out, call.request, attached).await {
+        out.fail(name, e);
+    }
+    if let Some(wasm_bytes) = state::wasm_heap_bytes() {
+        out.post(Event::Memory(MemoryUse {
+            wasm_bytes,
+            device_bytes: model::device_bytes(),
+        }));
+    }
+    out.post(Event::Done);
+}
+
+fn scope() -> DedicatedWorkerGlobalScope {
+    js_sys::global().unchecked_into()
+}
+
+/// Installs the message handler and announces readiness.
+pub fn run() {
+    console_error_panic_hook::set_once();
+    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(|e: MessageEvent| {
+        let data = e.data();
+        let unsolicited = Replies::unsolicited();
+        let Some(text) = Reflect::get(&data, &"json".into())
+            .ok()
+            .and_then(|v| v.as_string())
+        else {
+            unsolicited.fail("message", "the worker received a message without a request");
+            return;
+        };
+        let files: Vec<File> = Reflect::get(&data, &"files".into())
+            .ok()
+            .filter(|v| v.is_object())
+            .map(|v| {
+                Array::from(&v)
+                    .iter()
+                    .filter_map(|f| f.dyn_into::<File>().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        match serde_json::from_str::<Call>(&text) {
+            Ok(call) => wasm_bindgen_futures::spawn_local(handle(call, files)),
+            Err(err) => unsolicited.fail("message", format!("unreadable request {text:?}: {err}")),
+        }
+    });
+    scope().set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    // The handler lives as long as the worker.
+    on_message.forget();
+    Replies::unsolicited().post(Event::Ready);
+}

@@ -1,0 +1,290 @@
+//! The model: where it runs (WebGPU probe, compute choice), importing or downloading a pair into
+//! storage, loading a stored pair (each header read once, shared by the pair check, the CPU
+//! footprint check, the load and the model card), and the benchmark on the loaded model.
+
+use std::rc::Rc;
+
+use js_sys::Reflect;
+use rexvqa_engine::device::{self, Device};
+use rexvqa_engine::model::footprint::{Footprint, WASM32_MAX_BYTES};
+use rexvqa_engine::pair::{MMPROJ_ARCH, PairHeaders, TEXT_ARCH};
+use rexvqa_engine::session::{LoadOptions, Model};
+use web_sys::File;
+
+use super::reply::Replies;
+use super::state::{self, Adapter, Loaded, PerfClock, Probe};
+use super::storage::{self, models_dir};
+use crate::io::{self, BlobSource, now_ms};
+use crate::protocol::{Compute, Event, ModelCard};
+
+/// Probes WebGPU, remembers the adapter for [`choose_device`], and returns the event.
+pub async fn probe_gpu() -> Event {
+    let ev = crate::gpu::probe().await;
+    let probe = match &ev {
+        Event::Gpu(r) => {
+            let name = r.name.to_lowercase();
+            let software = r.fallback
+                || ["swiftshader", "llvmpipe", "lavapipe"]
+                    .iter()
+                    .any(|s| name.contains(s));
+            Probe::Found(Adapter {
+                name: r.name.clone(),
+                software,
+            })
+        }
+        _ => Probe::NoAdapter,
+    };
+    state::with(|s| s.probe = probe);
+    ev
+}
+
+/// Chooses where the next model loads.
+pub fn set_compute(compute: Compute) {
+    state::with(|s| s.compute = compute);
+}
+
+/// The device the next model loads on, with a sentence saying which and why.
+async fn choose_device() -> Result<(Device, String), String> {
+    let (pref, mut probe) = state::with(|s| (s.compute, s.probe.clone()));
+    if probe == Probe::NotYet {
+        probe_gpu().await;
+        probe = state::with(|s| s.probe.clone());
+    }
+    let adapter = match probe {
+        Probe::Found(a) => Some(a),
+        _ => None,
+    };
+    let cpu = |why: &str| Ok((device::cpu(), format!("CPU (WebAssembly): {why}")));
+    match (pref, adapter) {
+        (Compute::Cpu, _) => cpu("chosen in the model panel"),
+        (Compute::Auto, None) => cpu("this browser offers no usable WebGPU adapter"),
+        (
+            Compute::Auto,
+            Some(Adapter {
+                name,
+                software: true,
+            }),
+        ) => cpu(&format!(
+            "the only WebGPU adapter, {name}, is a software rasteriser and slower than the CPU"
+        )),
+        (_, adapter) => {
+            let d = device::wgpu_async().await.map_err(|e| e.to_string())?;
+            let name = adapter.map_or_else(|| "adapter unknown".to_string(), |a| a.name);
+            Ok((d, format!("WebGPU ({name})")))
+        }
+    }
+}
+
+/// Copies the picked pair (text first, then the optional mmproj) into storage after checking
+/// its headers, then loads it.
+pub async fn import(out: Replies, attached: &[File]) -> Result<(), String> {
+    let text = attached.first().ok_or("choose the text GGUF file")?;
+    let mmproj = attached.get(1);
+    let headers = PairHeaders::read(
+        &BlobSource::new(text.clone().into()),
+        mmproj.map(|m| BlobSource::new(m.clone().into())).as_ref(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    headers.check().map_err(|e| e.to_string())?;
+    let dir = models_dir().await?;
+    let tname = storage::model_file_name(&text.name());
+    let mname = mmproj.map(|m| storage::model_file_name(&m.name()));
+    let copies: Vec<(String, &File)> = std::iter::once((tname.clone(), text))
+        .chain(mname.clone().zip(mmproj))
+        .collect();
+    storage::check_room(&dir, &copies).await?;
+    let copied = async {
+        storage::store_file(out, &dir, &tname, text, TEXT_ARCH).await?;
+        if let (Some(n), Some(m)) = (&mname, mmproj) {
+            storage::store_file(out, &dir, n, m, MMPROJ_ARCH).await?;
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    // The list shows a stopped copy as partial, whatever happened.
+    out.post(storage::list_cache().await?);
+    copied?;
+    // The stored copies are the picked files byte for byte: their headers are the ones read.
+    let card = load_stored(out, &tname, mname.as_deref(), Some(headers)).await?;
+    out.post(Event::ModelLoaded(card));
+    Ok(())
+}
+
+/// Downloads a pair into storage (resumable), then loads it.
+pub async fn download(out: Replies, text_url: &str, mmproj_url: &str) -> Result<(), String> {
+    let dir = models_dir().await?;
+    let (t, m) = (
+        storage::url_file_name(text_url),
+        storage::url_file_name(mmproj_url),
+    );
+    storage::download(out, &dir, &t, text_url, TEXT_ARCH).await?;
+    storage::download(out, &dir, &m, mmproj_url, MMPROJ_ARCH).await?;
+    out.post(storage::list_cache().await?);
+    let card = load_stored(out, &t, Some(&m), None).await?;
+    out.post(Event::ModelLoaded(card));
+    Ok(())
+}
+
+/// Loads a stored pair and describes it; `headers` are the pair's when already read.
+pub async fn load_stored(
+    out: Replies,
+    text: &str,
+    mmproj: Option<&str>,
+    headers: Option<PairHeaders>,
+) -> Result<ModelCard, String> {
+    let dir = models_dir().await?;
+    // One source per file for headers, hash and weights: synchronous handles read straight into
+    // wasm memory (no JS copy per read); they lock the files until the load is over.
+    let text_src = io::OpfsSource::open(&dir, text).await?;
+    let mm_src = match mmproj {
+        Some(m) => Some(io::OpfsSource::open(&dir, m).await?),
+        None => None,
+    };
+    // Each header is read once per load (the tokenizer's 262k-token vocabulary is in it) and
+    // used by the pair check, the footprint check, the load and the card.
+    let headers = match headers {
+        Some(h) => h,
+        None => {
+            let h = PairHeaders::read(&text_src, mm_src.as_ref())
+                .await
+                .map_err(|e| e.to_string())?;
+            h.check().map_err(|e| e.to_string())?;
+            h
+        }
+    };
+    let mut sha256 = vec![(
+        "text model SHA-256".to_string(),
+        storage::stored_sha256(out, &dir, text, &text_src).await?,
+    )];
+    if let (Some(m), Some(src)) = (mmproj, mm_src.as_ref()) {
+        sha256.push((
+            "mmproj SHA-256".to_string(),
+            storage::stored_sha256(out, &dir, m, src).await?,
+        ));
+    }
+    let (device, compute) = choose_device().await?;
+    if !device::queues_work(&device) {
+        // wasm32 ends at 4 GiB: refuse a pair that cannot fit before allocating any of it.
+        Footprint::cpu(&headers.text, headers.mmproj.as_ref())
+            .check(WASM32_MAX_BYTES)
+            .map_err(|e| e.to_string())?;
+    }
+    // Drop a previous model first so its GPU memory is freed before the new one loads.
+    state::with(|s| {
+        s.loaded = None;
+        s.study = None;
+    });
+    let t0 = now_ms();
+    let mut last = 0.0;
+    let mut progress = |p: &rexvqa_engine::model::load::Progress| {
+        let now = now_ms();
+        if now - last > 100.0 || p.done == p.total {
+            last = now;
+            out.post(Event::Loading {
+                done: p.done,
+                total: p.total,
+                tensor: p.tensor.clone(),
+            });
+        }
+    };
+    let model = Model::load_with_headers(
+        &headers,
+        &text_src,
+        mm_src.as_ref(),
+        &device,
+        &LoadOptions::default(),
+        &mut progress,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let summary = headers.summary();
+    let card = ModelCard {
+        text: text.into(),
+        mmproj: mmproj.map(String::from),
+        name: summary.name.unwrap_or_else(|| text.to_string()),
+        parameters: summary.parameters,
+        bytes: summary.bytes,
+        types: summary.types,
+        layers: model.decoder.cfg.layers,
+        hidden: model.decoder.cfg.hidden,
+        vocab: model.decoder.cfg.vocab,
+        vision: model.vision.is_some(),
+        load_s: (now_ms() - t0) / 1000.0,
+        compute,
+        sha256: sha256.clone(),
+    };
+    state::with(|s| {
+        s.loaded = Some(Loaded {
+            model: Rc::new(model),
+            name: format!(
+                "{text}{}",
+                mmproj.map(|m| format!(" + {m}")).unwrap_or_default()
+            ),
+            compute: card.compute.clone(),
+            sha256,
+        })
+    });
+    Ok(card)
+}
+
+/// Runs the benchmark harness on the loaded model; the JSON matches `rexvqa bench`'s.
+pub async fn bench(
+    out: Replies,
+    prefill: Vec<usize>,
+    decode: usize,
+    official_max_tokens: usize,
+) -> Result<(), String> {
+    let model = state::model()?;
+    state::no_eval_running("benchmark")?;
+    let opts = rexvqa_engine::bench::BenchOptions {
+        prefill_lengths: prefill,
+        decode_tokens: decode,
+        questions: 4,
+        official_max_tokens,
+        kernel_rows: vec![1, 256],
+        kernel_reps: 3,
+    };
+    let r = rexvqa_engine::bench::run(&model, &opts, &PerfClock)
+        .await
+        .map_err(|e| e.to_string())?;
+    let heap = state::wasm_heap_bytes();
+    let (name, sha256, adapter, compute, backend) = state::with(|s| {
+        let l = s.loaded.as_ref();
+        (
+            l.map(|l| l.name.clone()).unwrap_or_default(),
+            l.map(|l| l.sha256.clone()).unwrap_or_default(),
+            match &s.probe {
+                Probe::Found(a) => Some(a.name.clone()),
+                _ => None,
+            },
+            s.compute,
+            l.map(|l| l.compute.clone()).unwrap_or_default(),
+        )
+    });
+    let user_agent = Reflect::get(&js_sys::global(), &"navigator".into())
+        .and_then(|n| Reflect::get(&n, &"userAgent".into()))
+        .ok()
+        .and_then(|v| v.as_string());
+    let json = serde_json::json!({
+        "engine": format!("rexvqa-web {}", env!("CARGO_PKG_VERSION")),
+        "backend": backend,
+        "compute_choice": compute.key(),
+        "adapter": adapter,
+        "user_agent": user_agent,
+        "model": name,
+        "sha256": sha256,
+        "wasm_heap_bytes": heap,
+        "results": r,
+    });
+    out.post(Event::Bench {
+        json: serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    });
+    Ok(())
+}
+
+/// Device memory the loaded model's pool holds, if a model is loaded and the device tells.
+pub fn device_bytes() -> Option<f64> {
+    let model = state::with(|s| s.loaded.as_ref().map(|l| l.model.clone()))?;
+    rexvqa_engine::bench::device_bytes(&model).map(|b| b as f64)
+}
