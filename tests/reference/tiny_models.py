@@ -19,6 +19,10 @@ tests/reference/golden/tiny_<name>.json.gz.
 Needs .venv-ref (requirements-ref.txt) and a llama.cpp build (LLAMA_CPP_DIR, default the
 vendored tree of the llama-cpp-python sdist under /work/llama).
 Usage: python tests/reference/tiny_models.py [--only NAME]
+
+--hidden-states: step 3 only, on the EXISTING fixtures (no llama.cpp, nothing rebuilt): the
+per-layer intermediates of hidden_capture.py for every prompt and both reference images'
+vision tower, written to tests/reference/golden/tiny_<name>_hidden.json.gz.
 """
 import argparse
 import gzip
@@ -374,10 +378,99 @@ def gzip_to(src, dst):
         shutil.copyfileobj(f, g)
 
 
+def image_token_positions(ids):
+    return [i for i, t in enumerate(ids) if t == 262_144]
+
+
+def hidden_outputs(model, proc, images, c):
+    """Per-layer intermediates of every prompt (decoder) and of each reference image (tower)."""
+    from hidden_capture import (check_text_hidden_states, check_vision_hidden_states, record, records,
+                                text_taps, vision_taps)
+    out = {"prompts": {}, "images": []}
+    for name, messages, n_img in PROMPTS:
+        msgs = json.loads(json.dumps(messages))
+        k = 0
+        for m in msgs:
+            for item in m["content"]:
+                if item["type"] == "image":
+                    item["image"] = images[k]
+                    k += 1
+        inputs = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                          return_tensors="pt")
+        ids = inputs["input_ids"][0].tolist()
+        img = image_token_positions(ids)
+        # Text before, inside and after the image runs, and the last rows.
+        positions = sorted(set([0, 5, len(ids) // 2, len(ids) - 8, len(ids) - 1] + ([img[0] + 100] if img else [])))
+        lm = model.model.language_model
+        with torch.no_grad(), text_taps(lm) as taps:
+            o = model(**inputs, output_hidden_states=True)
+        check_text_hidden_states(taps, o.hidden_states, c["layers"])
+        out["prompts"][name] = {"input_ids": ids, "positions": positions, "taps": records(taps, positions)}
+    pv = proc.image_processor(images, return_tensors="pt")["pixel_values"]
+    with torch.no_grad(), vision_taps(model.model.vision_tower) as taps:
+        vo = model.model.vision_tower(pixel_values=pv, output_hidden_states=True)
+        feats = model.model.get_image_features(pixel_values=pv)
+        feats = torch.as_tensor(getattr(feats, "pooler_output", feats)).reshape(len(images), 256, -1)
+    check_vision_hidden_states(taps, vo, c["v_layers"])
+    patches = [0, 1, 64, 2080, 4095]
+    for k in range(len(images)):
+        rec = {"patches": patches, "taps": {}}
+        for (name, i), t in sorted(taps.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+            r = record(t[k], patches)
+            if i is None:
+                rec["taps"][name] = r
+            else:
+                rec["taps"].setdefault(name, []).append(r)
+        rec["taps"]["mm.out"] = record(feats[k].float(), [0, 17, 128, 255])
+        out["images"].append(rec)
+    return out
+
+
+def hidden_states_main(only):
+    """Step 3 on the committed fixtures: decompress, check against the golden's SHA-256, load
+    into transformers, dump the intermediates."""
+    from PIL import Image
+    proc, tok, _ = build_processor()
+    images = [Image.open(ROOT / f"tests/fixtures/images/tiny_ref_{i}.png").convert("RGB") for i in range(2)]
+    fixtures = ROOT / "tests/fixtures/models"
+    for name, c in CONFIGS.items():
+        if only and name != only:
+            continue
+        for variant in c["variants"]:
+            tag = f"{name}-{variant}"
+            golden = json.loads(gzip.open(ROOT / f"tests/reference/golden/tiny_{tag}.json.gz").read())
+            # The tower's input here is the pixels the logit golden (and the engine) saw.
+            pv = proc.image_processor(images, return_tensors="pt")["pixel_values"].float().numpy()
+            assert [hashlib.sha256(np.ascontiguousarray(p, dtype="<f4").tobytes()).hexdigest() for p in pv] == \
+                golden["prompts"]["two_images"]["pixel_values_sha256"], "pixel values differ from the golden's"
+            with tempfile.TemporaryDirectory() as tmp:
+                paths = []
+                for file, sha in [("text_gguf", "text_sha256"), ("mmproj_gguf", "mmproj_sha256")]:
+                    p = Path(tmp) / golden[file]
+                    with gzip.open(fixtures / f"{golden[file]}.gz") as g, open(p, "wb") as f:
+                        shutil.copyfileobj(g, f)
+                    assert sha256_file(p) == golden[sha], f"{p.name} differs from the golden it belongs to"
+                    paths.append(p)
+                ref = make_model(c, tok, proc)
+                load_gguf_weights_into(ref, paths[0], paths[1], c)
+                ref.eval()
+                rec = hidden_outputs(ref, proc, images, c)
+            rec.update({"generator": "tests/reference/tiny_models.py --hidden-states", "text_sha256": golden["text_sha256"],
+                        "mmproj_sha256": golden["mmproj_sha256"]})
+            out = ROOT / f"tests/reference/golden/tiny_{tag}_hidden.json.gz"
+            with gzip.GzipFile(out, "wb", mtime=0) as g:
+                g.write(json.dumps(rec).encode())
+            print(f"{tag}: {out.stat().st_size} B")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
+    ap.add_argument("--hidden-states", action="store_true")
     args = ap.parse_args()
+    if args.hidden_states:
+        hidden_states_main(args.only)
+        return
     proc, tok, tok_cfg = build_processor()
     images = synthetic_images()
     fixtures = ROOT / "tests/fixtures/models"
