@@ -30,3 +30,27 @@ test('an import clicked during start-up is queued, shows progress at once, and c
   assert.equal(await page.getByTestId('stored-models').locator('tbody tr').count(), 2);
   assert.deepEqual(problems, []);
 });
+
+test('a panic in the worker is shown, stops the engine cleanly, and a reload recovers', async () => {
+  const { page, problems } = await open();
+  await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ timeout: 120_000 });
+  await tab(page, 'model');
+  await page.getByTestId('stored-models').waitFor({ timeout: 30_000 });
+  // The debug build's test hook: the worker panics as a bug would.
+  await page.evaluate(() => window.rexvqaTestPanic());
+  await page.getByTestId('engine-fatal').waitFor({ timeout: 10_000 });
+  assert.match(await page.getByTestId('engine-fatal-message').textContent(), /test-only panic requested by the page/);
+  // A later request is refused with the reason instead of vanishing into a dead worker.
+  await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
+  await page.getByTestId('load-stored').click();
+  await page.getByTestId('app-error').filter({ hasText: 'the engine has stopped after an internal error: reload the page' }).waitFor({ timeout: 5_000 });
+  // The panic itself was logged; nothing else went wrong.
+  assert.ok(problems.length >= 1 && problems.every((p) => /test-only panic/.test(p)), problems.join('\n'));
+  await page.getByTestId('engine-reload').click();
+  await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ timeout: 120_000 });
+  assert.equal(await page.getByTestId('engine-fatal').count(), 0);
+  await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
+  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
+  await page.getByTestId('load-stored').click();
+  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
+});

@@ -205,6 +205,9 @@ pub enum Request {
         /// Also save this export.
         export: Option<QuizExport>,
     },
+    /// Debug builds only: make the worker panic, to test that the page says so (a release
+    /// worker answers with an error instead).
+    TestPanic,
     /// Merge several students' result files (name, text) into a reader-study table.
     ReaderStudy {
         /// Split name.
@@ -279,6 +282,7 @@ impl Request {
             Request::ClearQuiz => "ClearQuiz",
             Request::QuizReport { .. } => "QuizReport",
             Request::ReaderStudy { .. } => "ReaderStudy",
+            Request::TestPanic => "TestPanic",
             Request::MergeShards { .. } => "MergeShards",
             Request::Calibrate { .. } => "Calibrate",
             Request::Bench { .. } => "Bench",
@@ -405,6 +409,11 @@ pub enum Event {
     },
     /// The request is over: everything it had to say was posted before.
     Done,
+    /// The worker hit a bug (a Rust panic) and cannot go on: the page must be reloaded.
+    Fatal {
+        /// The panic's message and place.
+        message: String,
+    },
 }
 
 impl Call {

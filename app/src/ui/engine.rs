@@ -117,6 +117,8 @@ pub struct Engine {
     pub errors: RwSignal<Vec<String>>,
     /// Whether a request that blocks a panel is in flight (e.g. opening a dataset).
     pub busy: RwSignal<Option<String>>,
+    /// The worker's panic message, once it has stopped for good.
+    pub fatal: RwSignal<Option<String>>,
 }
 
 fn save(name: &str, mime: &str, text: &str) -> Result<(), JsValue> {
@@ -172,6 +174,7 @@ impl Engine {
             reader_study: RwSignal::new(None),
             errors: RwSignal::new(Vec::new()),
             busy: RwSignal::new(None),
+            fatal: RwSignal::new(None),
         };
         let worker = match Worker::new("./worker_loader.js") {
             Ok(w) => w,
@@ -204,7 +207,33 @@ impl Engine {
         worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
         on_error.forget();
         engine.worker.set_value(Some(worker));
+        #[cfg(debug_assertions)]
+        engine.install_test_hooks();
         engine
+    }
+
+    /// Debug builds: `window.rexvqaTestPanic()` makes the worker panic, so the end-to-end tests
+    /// can check what the page does then.
+    #[cfg(debug_assertions)]
+    fn install_test_hooks(&self) {
+        let engine = *self;
+        let panic = Closure::<dyn Fn()>::new(move || engine.send(&Request::TestPanic));
+        if let Some(w) = web_sys::window() {
+            let _ = Reflect::set(&w, &"rexvqaTestPanic".into(), panic.as_ref());
+        }
+        panic.forget();
+    }
+
+    /// The worker panicked: it is stopped, every busy control is put back to rest, and the page
+    /// says so and offers a reload (stored models, runs and quizzes are kept in browser storage).
+    pub(super) fn stopped(&self, message: String) {
+        self.worker.update_value(|w| {
+            if let Some(w) = w.take() {
+                w.terminate();
+            }
+        });
+        self.in_flight.update_value(HashMap::clear);
+        self.fatal.set(Some(message));
     }
 
     /// Shows an error.
@@ -252,6 +281,9 @@ impl Engine {
         match sent {
             Some(Ok(())) => {}
             Some(Err(e)) => self.error(crate::gpu::describe(&e)),
+            None if self.fatal.get_untracked().is_some() => {
+                self.error("the engine has stopped after an internal error: reload the page".into())
+            }
             None => self.error("the engine worker is not running".into()),
         }
     }

@@ -78,6 +78,13 @@ pub fn App() -> impl IntoView {
             </nav>
         </header>
         <main>
+            {move || engine.fatal.get().map(|message| view! {
+                <div class="errors" role="alert" data-testid="engine-fatal">
+                    <p><strong>"The engine stopped after an internal error."</strong>" Your stored models, evaluation runs and quiz are kept in this browser's storage; reload the page to start the engine again (a run resumes from its last saved answer)."</p>
+                    <p class="hint" data-testid="engine-fatal-message">{message}</p>
+                    <button data-testid="engine-reload" on:click=move |_| { if let Some(w) = web_sys::window() { let _ = w.location().reload(); } }>"Reload"</button>
+                </div>
+            })}
             {move || (!engine.errors.get().is_empty()).then(|| view! {
                 <div class="errors" role="alert" data-testid="app-error">
                     {engine.errors.get().into_iter().rev().take(3).map(|e| view! { <p>{e}</p> }).collect_view()}

@@ -122,8 +122,18 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), St
             export,
         } => quiz::report(out, &split, &results, export)?,
         Request::ReaderStudy { split, files } => out.post(quiz::reader_study(&split, &files)?),
+        Request::TestPanic => test_panic()?,
     }
     Ok(())
+}
+
+/// Panics in a debug build, for the end-to-end test of the page's fatal-error path; a release
+/// build refuses.
+fn test_panic() -> Result<(), String> {
+    if cfg!(debug_assertions) {
+        panic!("test-only panic requested by the page");
+    }
+    Err("test panics exist only in debug builds".into())
 }
 
 /// Runs a call; reports its error, the worker's memory after it, and its end.
@@ -148,7 +158,16 @@ fn scope() -> DedicatedWorkerGlobalScope {
 
 /// Installs the message handler and announces readiness.
 pub fn run() {
-    console_error_panic_hook::set_once();
+    std::panic::set_hook(Box::new(|info| {
+        console_error_panic_hook::hook(info);
+        // A panicked wasm instance cannot be trusted with another request (a lock or borrow it
+        // held may stay taken: the Benchmark card's condvar panic was followed by "cannot
+        // recursively acquire mutex"), and the request that panicked never ends: tell the page,
+        // which stops sending, settles every busy control and offers a reload.
+        Replies::unsolicited().post(Event::Fatal {
+            message: info.to_string(),
+        });
+    }));
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(|e: MessageEvent| {
         let data = e.data();
         let unsolicited = Replies::unsolicited();

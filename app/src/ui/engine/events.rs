@@ -177,6 +177,10 @@ impl Engine {
                     ));
                 }
             }
+            Event::Fatal { message } => {
+                self.settle(None);
+                self.stopped(message);
+            }
             Event::Error { context, message } => {
                 let drives = match id {
                     Some(id) => self.in_flight.with_value(|m| m.get(&id).copied()),
