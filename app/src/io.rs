@@ -40,18 +40,18 @@ pub enum WriteError {
     Other(String),
 }
 
+impl From<String> for WriteError {
+    fn from(s: String) -> WriteError {
+        WriteError::Other(s)
+    }
+}
+
 impl From<WriteError> for String {
     fn from(e: WriteError) -> String {
         match e {
             WriteError::NoSpace => "browser storage is full (the write was refused)".into(),
             WriteError::Other(s) => s,
         }
-    }
-}
-
-impl From<String> for WriteError {
-    fn from(s: String) -> WriteError {
-        WriteError::Other(s)
     }
 }
 
@@ -214,13 +214,16 @@ impl Dir {
     }
 
     /// Writes a small file whole.
-    pub async fn write_text(&self, name: &str, text: &str) -> Result<(), String> {
+    pub async fn write_text(&self, name: &str, text: &str) -> Result<(), WriteError> {
         let f = self.open_sync(name, true).await?;
-        f.truncate(0)?;
-        f.write_at(text.as_bytes(), 0)?;
-        f.flush()?;
+        let written = f
+            .truncate(0)
+            .map_err(WriteError::Other)
+            .and_then(|()| f.write_at(text.as_bytes(), 0))
+            .and_then(|()| f.flush().map_err(WriteError::Other));
+        // Closed on failure too: an open handle would lock the file until the worker ends.
         f.close();
-        Ok(())
+        written
     }
 
     /// Reads a small file whole as text.
@@ -402,4 +405,16 @@ pub fn request_persistent_storage() {
     wasm_bindgen_futures::spawn_local(async move {
         let _ = call_async(&storage, "persist", &[]).await;
     });
+}
+
+/// `navigator.storage.estimate()`: the origin's (usage, quota) in bytes, where the browser says.
+pub async fn storage_estimate() -> Option<(f64, f64)> {
+    let storage = Reflect::get(
+        &Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default(),
+        &"storage".into(),
+    )
+    .unwrap_or_default();
+    let est = call_async(&storage, "estimate", &[]).await.ok()?;
+    let g = |k: &str| Reflect::get(&est, &k.into()).ok().and_then(|v| v.as_f64());
+    g("usage").zip(g("quota"))
 }

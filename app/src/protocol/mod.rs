@@ -208,6 +208,12 @@ pub enum Request {
     /// Debug builds only: make the worker panic, to test that the page says so (a release
     /// worker answers with an error instead).
     TestPanic,
+    /// Debug builds only: cap run journals at this many bytes (None: no cap), to test a
+    /// journal write refused for lack of space.
+    TestJournalCap {
+        /// The cap in bytes.
+        bytes: Option<u64>,
+    },
     /// Merge several students' result files (name, text) into a reader-study table.
     ReaderStudy {
         /// Split name.
@@ -283,6 +289,7 @@ impl Request {
             Request::QuizReport { .. } => "QuizReport",
             Request::ReaderStudy { .. } => "ReaderStudy",
             Request::TestPanic => "TestPanic",
+            Request::TestJournalCap { .. } => "TestJournalCap",
             Request::MergeShards { .. } => "MergeShards",
             Request::Calibrate { .. } => "Calibrate",
             Request::Bench { .. } => "Bench",

@@ -219,6 +219,9 @@ pub enum RunState {
     Cancelled,
     /// Every question answered.
     Finished,
+    /// Stopped by an error (storage full, a lost device…); the answers so far are kept and the
+    /// run resumes once the cause is fixed.
+    Interrupted,
 }
 
 impl RunState {
@@ -229,6 +232,7 @@ impl RunState {
             RunState::Paused => "paused",
             RunState::Cancelled => "cancelled",
             RunState::Finished => "finished",
+            RunState::Interrupted => "interrupted",
         }
     }
 

@@ -42,6 +42,8 @@ enum Drives {
     Ask,
     /// The answer to the free question.
     Free,
+    /// An evaluation run's progress.
+    Eval,
 }
 
 impl Drives {
@@ -55,6 +57,7 @@ impl Drives {
             Request::Calibrate { .. } => Drives::Calibration,
             Request::Ask { .. } => Drives::Ask,
             Request::AskFree { .. } => Drives::Free,
+            Request::EvalStart { .. } | Request::EvalResume { .. } => Drives::Eval,
             _ => return None,
         })
     }
@@ -212,8 +215,9 @@ impl Engine {
         engine
     }
 
-    /// Debug builds: `window.rexvqaTestPanic()` makes the worker panic, so the end-to-end tests
-    /// can check what the page does then.
+    /// Debug builds: `window.rexvqaTestPanic()` makes the worker panic and
+    /// `window.rexvqaTestJournalCap(bytes | null)` caps run journals, so the end-to-end tests can
+    /// check what the page does then.
     #[cfg(debug_assertions)]
     fn install_test_hooks(&self) {
         let engine = *self;
@@ -222,6 +226,15 @@ impl Engine {
             let _ = Reflect::set(&w, &"rexvqaTestPanic".into(), panic.as_ref());
         }
         panic.forget();
+        let cap = Closure::<dyn Fn(JsValue)>::new(move |bytes: JsValue| {
+            engine.send(&Request::TestJournalCap {
+                bytes: bytes.as_f64().map(|b| b as u64),
+            })
+        });
+        if let Some(w) = web_sys::window() {
+            let _ = Reflect::set(&w, &"rexvqaTestJournalCap".into(), cap.as_ref());
+        }
+        cap.forget();
     }
 
     /// The worker panicked: it is stopped, every busy control is put back to rest, and the page

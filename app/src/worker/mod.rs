@@ -123,6 +123,12 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), St
         } => quiz::report(out, &split, &results, export)?,
         Request::ReaderStudy { split, files } => out.post(quiz::reader_study(&split, &files)?),
         Request::TestPanic => test_panic()?,
+        Request::TestJournalCap { bytes } => {
+            if !cfg!(debug_assertions) {
+                return Err("test hooks exist only in debug builds".into());
+            }
+            state::with(|st| st.journal_cap = bytes);
+        }
     }
     Ok(())
 }

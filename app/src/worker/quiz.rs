@@ -33,7 +33,7 @@ pub async fn save(saved: &SavedQuiz) -> Result<(), String> {
     // A pair, as quizzes in progress were always stored.
     let text =
         serde_json::to_string(&(&saved.results, saved.position)).map_err(|e| e.to_string())?;
-    quiz_dir().await?.write_text(QUIZ_FILE, &text).await
+    Ok(quiz_dir().await?.write_text(QUIZ_FILE, &text).await?)
 }
 
 /// The quiz in progress, if any.

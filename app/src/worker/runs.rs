@@ -9,6 +9,7 @@ use rexvqa_engine::eval::export::{RunExport, RunFacts};
 use rexvqa_engine::eval::{self, Answer, Settings, run as eval_run, tally};
 use rexvqa_engine::rexvqa::{Scope, Split};
 use rexvqa_engine::session::Session;
+use rexvqa_engine::storage::human_bytes;
 use rexvqa_engine::{calibrate, score};
 use web_sys::File;
 
@@ -86,14 +87,59 @@ pub async fn delete(run_id: &str) -> Result<(), String> {
 }
 
 /// The browser's run journal: the run's OPFS file, flushed after each group.
-struct OpfsJournal(io::SyncFile);
+struct OpfsJournal {
+    file: io::SyncFile,
+    /// Answers journaled so far (for the storage-full message).
+    saved: usize,
+}
 
 impl eval_run::Journal for OpfsJournal {
     async fn append(&mut self, answers: &[Answer]) -> Result<(), String> {
         let lines: String = answers.iter().map(eval::journal_line).collect();
-        self.0.append(lines.as_bytes())?;
-        self.0.flush()
+        let mut bytes = lines.as_bytes();
+        let mut refused = false;
+        if let Some(cap) = state::with(|st| st.journal_cap) {
+            let room = cap.saturating_sub(self.file.size()?) as usize;
+            if room < bytes.len() {
+                (bytes, refused) = (&bytes[..room], true);
+            }
+        }
+        match self.file.append(bytes) {
+            Ok(()) if refused => return Err(journal_full(self.saved).await),
+            Ok(()) => {}
+            // A refused append may leave part of a line; the resume rewrites the journal from
+            // its complete lines, so nothing is torn or counted twice.
+            Err(io::WriteError::NoSpace) => return Err(journal_full(self.saved).await),
+            Err(e) => return Err(e.into()),
+        }
+        self.file.flush()?;
+        self.saved += answers.len();
+        Ok(())
     }
+}
+
+/// "browser storage is full (X used of the Y this site may use)".
+async fn storage_full() -> String {
+    match io::storage_estimate().await {
+        Some((used, quota)) => format!(
+            "browser storage is full ({} used of the {} this site may use)",
+            human_bytes(used),
+            human_bytes(quota)
+        ),
+        None => "browser storage is full".into(),
+    }
+}
+
+/// What to do when storage is full.
+const FREE_SPACE: &str = "Free some space (delete a stored model, unpacked images or an old run)";
+
+/// The storage-full message of a run, with the numbers.
+async fn journal_full(saved: usize) -> String {
+    format!(
+        "{}: the run stopped after saving {saved} answers, which are kept. {FREE_SPACE}, then \
+         resume the run: it goes on from the first answer not saved.",
+        storage_full().await,
+    )
 }
 
 /// Posts a run's progress to the page, and pauses or stops it between groups on request.
@@ -154,14 +200,23 @@ async fn run(out: Replies, run_id: String) -> Result<(), String> {
     let file = dir.open_sync(&format!("{run_id}.jsonl"), true).await?;
     file.truncate(0)?;
     let text: String = done.iter().map(eval::journal_line).collect();
-    file.write_at(text.as_bytes(), 0)?;
+    if let Err(e) = file.write_at(text.as_bytes(), 0) {
+        file.close();
+        return Err(match e {
+            io::WriteError::NoSpace => journal_full(0).await,
+            e => e.into(),
+        });
+    }
     file.flush()?;
     let ctl = Rc::new(EvalCtl {
         paused: Cell::new(false),
         cancelled: Cell::new(false),
     });
     state::with(|st| st.eval = Some(ctl.clone()));
-    let mut journal = OpfsJournal(file);
+    let mut journal = OpfsJournal {
+        file,
+        saved: done.len(),
+    };
     let mut observer = PageObserver {
         out,
         run_id: &run_id,
@@ -181,7 +236,7 @@ async fn run(out: Replies, run_id: String) -> Result<(), String> {
         &mut observer,
     )
     .await;
-    journal.0.close();
+    journal.file.close();
     state::with(|st| st.eval = None);
     let end = match outcome.map_err(|e| e.to_string())? {
         eval_run::Outcome::Finished => RunState::Finished,
@@ -228,14 +283,19 @@ pub async fn start(
         created_ms: js_sys::Date::now(),
         total,
     };
-    runs_dir()
+    let text = serde_json::to_string(&meta).map_err(|e| e.to_string())?;
+    match runs_dir()
         .await?
-        .write_text(
-            &format!("{run_id}.json"),
-            &serde_json::to_string(&meta).map_err(|e| e.to_string())?,
-        )
-        .await?;
-    run(out, run_id).await
+        .write_text(&format!("{run_id}.json"), &text)
+        .await
+    {
+        Ok(()) => run(out, run_id).await,
+        Err(io::WriteError::NoSpace) => Err(format!(
+            "{}: the run could not start. {FREE_SPACE}, then start it again.",
+            storage_full().await
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Resumes a stored run where its journal ends.

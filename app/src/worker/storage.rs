@@ -49,7 +49,7 @@ async fn read_meta(dir: &Dir, name: &str) -> Option<FileMeta> {
 
 async fn write_meta(dir: &Dir, name: &str, meta: &FileMeta) -> Result<(), String> {
     let text = serde_json::to_string(meta).map_err(|e| e.to_string())?;
-    dir.write_text(&meta_name(name), &text).await
+    Ok(dir.write_text(&meta_name(name), &text).await?)
 }
 
 /// The stored file's SHA-256: from its meta file, or computed now (with progress) and kept.
@@ -127,14 +127,7 @@ pub async fn delete_model(name: &str) -> Result<(), String> {
 
 /// The origin's storage usage and quota in bytes (`navigator.storage.estimate()`), if given.
 async fn storage_estimate() -> Option<StorageUsage> {
-    let storage = Reflect::get(
-        &Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default(),
-        &"storage".into(),
-    )
-    .unwrap_or_default();
-    let est = io::call_async(&storage, "estimate", &[]).await.ok()?;
-    let g = |k: &str| Reflect::get(&est, &k.into()).ok().and_then(|v| v.as_f64());
-    let (used, quota) = g("usage").zip(g("quota"))?;
+    let (used, quota) = io::storage_estimate().await?;
     Some(StorageUsage { used, quota })
 }
 

@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use wasm_bindgen::prelude::*;
 
 use super::{Drives, Engine, save};
-use crate::protocol::{AskTarget, Event, Reply, Request, UnpackState};
+use crate::protocol::{AskTarget, Event, Reply, Request, RunState, UnpackState};
 use crate::ui::signals::{AskState, BenchState, GpuState, OptionProbs, Pixels, Progress};
 
 impl Engine {
@@ -50,6 +50,19 @@ impl Engine {
         }
         if is(Drives::Free) {
             self.free.update(|a| a.busy = false);
+        }
+        if is(Drives::Eval) {
+            let mut stopped = false;
+            self.eval.update(|p| {
+                if let Some(p) = p.as_mut().filter(|p| p.state.is_live()) {
+                    p.state = RunState::Interrupted;
+                    stopped = true;
+                }
+            });
+            // The runs table offers to resume the stopped run.
+            if stopped && self.fatal.get_untracked().is_none() {
+                self.send(&Request::ListCache);
+            }
         }
     }
 
