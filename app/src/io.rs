@@ -1,6 +1,8 @@
 //! Browser I/O for the worker: range reads of `Blob`/`File` objects and the origin-private file
 //! system (OPFS) through its synchronous access handles (worker-only, fast, flushable).
-//! Reached through `Reflect` where web-sys has no stable binding.
+//! Reached through `Reflect` where web-sys has no stable binding. gloo (used for timers, event
+//! listeners and downloads) has no OPFS or synchronous-access-handle bindings, and its file
+//! readers read whole blobs, where the model loads need ranges: hence the glue here.
 
 use js_sys::{Object, Promise, Reflect, Uint8Array};
 use rexvqa_engine::gguf::{RangeSource, SourceError, check_range};
@@ -328,15 +330,8 @@ pub fn now_ms() -> f64 {
 }
 
 /// Resolves after `ms` milliseconds (lets the worker's event loop run).
-pub async fn sleep(ms: i32) {
-    let p = Promise::new(&mut |resolve, _| {
-        let _ = call(
-            &js_sys::global(),
-            "setTimeout",
-            &[resolve.into(), JsValue::from(ms)],
-        );
-    });
-    let _ = JsFuture::from(p).await;
+pub async fn sleep(ms: u32) {
+    gloo_timers::future::TimeoutFuture::new(ms).await;
 }
 
 /// Several blobs read one after another as one synchronous stream (`FileReaderSync`, worker

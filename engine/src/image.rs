@@ -1,4 +1,4 @@
-//! X-ray images: PNG decoding (8/16-bit gray, RGB, RGBA), the 16→8-bit policy, and Gemma 3's
+//! X-ray images: PNG and JPEG decoding (8/16-bit gray, RGB, RGBA; through the `image` crate), the 16→8-bit policy, and Gemma 3's
 //! preprocessing (RGB, 896×896 bilinear, [-1, 1]).
 //!
 //! The resampler reproduces Pillow's `Image.resize(..., BILINEAR)` on 8-bit images bit for bit
@@ -12,9 +12,9 @@ use std::io::Cursor;
 /// Errors decoding an image.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
-    /// Not a PNG or a corrupt one.
-    #[error("cannot decode PNG: {0}")]
-    Png(String),
+    /// Not a PNG or JPEG, or a corrupt one.
+    #[error("cannot decode the image (PNG or JPEG expected): {0}")]
+    Decode(String),
     /// A zero-sized or absurdly large image.
     #[error("image size {width}×{height} is not usable (1 to {max} pixels per side)")]
     BadSize {
@@ -25,6 +25,12 @@ pub enum ImageError {
         /// Largest side accepted.
         max: u32,
     },
+}
+
+impl From<image::ImageError> for ImageError {
+    fn from(e: image::ImageError) -> ImageError {
+        ImageError::Decode(e.to_string())
+    }
 }
 
 /// Largest side accepted; chest radiographs are at most ~4k pixels.
@@ -45,14 +51,20 @@ pub struct Decoded {
     pub samples: Vec<u16>,
 }
 
-/// Decodes a PNG of any common colour type; palette and sub-8-bit images are expanded to 8 bits.
-pub fn decode_png(bytes: &[u8]) -> Result<Decoded, ImageError> {
-    let mut dec = png::Decoder::new(Cursor::new(bytes));
-    dec.set_transformations(png::Transformations::EXPAND);
-    let mut reader = dec
-        .read_info()
-        .map_err(|e| ImageError::Png(e.to_string()))?;
-    let (width, height) = (reader.info().width, reader.info().height);
+/// Decodes a PNG (any common colour type, 8 or 16 bits; palette and sub-8-bit images expanded
+/// to 8 bits) or a JPEG, told apart by their first bytes. The `image` crate decodes; this keeps
+/// the samples at their own depth, since the 16→8-bit step is a [`Policy`] of ours.
+pub fn decode(bytes: &[u8]) -> Result<Decoded, ImageError> {
+    use image::{DynamicImage as D, ImageFormat, ImageReader};
+    let format = image::guess_format(bytes)?;
+    if !matches!(format, ImageFormat::Png | ImageFormat::Jpeg) {
+        return Err(ImageError::Decode(format!(
+            "{format:?} images are not supported"
+        )));
+    }
+    let reader = || ImageReader::with_format(Cursor::new(bytes), format);
+    // The size is checked from the header, before any pixel buffer is allocated.
+    let (width, height) = reader().into_dimensions()?;
     if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
         return Err(ImageError::BadSize {
             width,
@@ -60,37 +72,30 @@ pub fn decode_png(bytes: &[u8]) -> Result<Decoded, ImageError> {
             max: MAX_SIDE,
         });
     }
-    let size = reader
-        .output_buffer_size()
-        .ok_or_else(|| ImageError::Png("image too large".into()))?;
-    let mut buf = vec![0; size];
-    let frame = reader
-        .next_frame(&mut buf)
-        .map_err(|e| ImageError::Png(e.to_string()))?;
-    let bits: u8 = match frame.bit_depth {
-        png::BitDepth::Sixteen => 16,
-        _ => 8,
-    };
-    let in_ch = frame.color_type.samples();
-    let data = &buf[..frame.buffer_size()];
-    let sample = |i: usize| -> u16 {
-        if bits == 16 {
-            u16::from_be_bytes([data[2 * i], data[2 * i + 1]])
-        } else {
-            u16::from(data[i])
+    let widen = |v: Vec<u8>| v.into_iter().map(u16::from).collect::<Vec<u16>>();
+    let (channels, bits, samples) = match reader().decode()? {
+        D::ImageLuma8(b) => (1, 8, widen(b.into_raw())),
+        D::ImageLumaA8(b) => (1, 8, b.pixels().map(|p| u16::from(p.0[0])).collect()),
+        D::ImageRgb8(b) => (3, 8, widen(b.into_raw())),
+        D::ImageRgba8(b) => (
+            3,
+            8,
+            b.pixels()
+                .flat_map(|p| p.0[..3].to_vec())
+                .map(u16::from)
+                .collect(),
+        ),
+        D::ImageLuma16(b) => (1, 16, b.into_raw()),
+        D::ImageLumaA16(b) => (1, 16, b.pixels().map(|p| p.0[0]).collect()),
+        D::ImageRgb16(b) => (3, 16, b.into_raw()),
+        D::ImageRgba16(b) => (3, 16, b.pixels().flat_map(|p| p.0[..3].to_vec()).collect()),
+        other => {
+            return Err(ImageError::Decode(format!(
+                "unsupported pixel format {:?}",
+                other.color()
+            )));
         }
     };
-    let (channels, keep): (u8, &[usize]) = match in_ch {
-        1 | 2 => (1, &[0]),
-        _ => (3, &[0, 1, 2]),
-    };
-    let n = (width * height) as usize;
-    let mut samples = Vec::with_capacity(n * channels as usize);
-    for p in 0..n {
-        for &c in keep {
-            samples.push(sample(p * in_ch + c));
-        }
-    }
     Ok(Decoded {
         width,
         height,
@@ -332,12 +337,54 @@ pub fn preprocess_with(img: &Image8, size: u32, mean: [f32; 3], std: [f32; 3]) -
 
 /// Decodes a PNG and preprocesses it for a `size`×`size` vision tower.
 pub fn load_for_model(bytes: &[u8], policy: Policy, size: u32) -> Result<Vec<f32>, ImageError> {
-    Ok(preprocess(&decode_png(bytes)?.to_8bit(policy), size))
+    Ok(preprocess(&decode(bytes)?.to_8bit(policy), size))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jpeg_decodes_and_other_formats_are_named() {
+        // A smooth 8-bit gray ramp through the `image` crate's own JPEG encoder at quality 95.
+        let (w, h) = (40u32, 24u32);
+        let gray: Vec<u8> = (0..w * h).map(|i| (60 + (i % w) * 3) as u8).collect();
+        let mut jpeg = Vec::new();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 95)
+            .encode(&gray, w, h, image::ExtendedColorType::L8)
+            .unwrap();
+        let d = decode(&jpeg).unwrap();
+        assert_eq!((d.width, d.height, d.channels, d.bits), (w, h, 1, 8));
+        // Lossy in general; on this smooth ramp at quality 95 it measured exact (0 levels off).
+        let worst = d
+            .samples
+            .iter()
+            .zip(&gray)
+            .map(|(&a, &b)| (i32::from(a) - i32::from(b)).abs())
+            .max();
+        assert!(worst.unwrap() <= 1, "JPEG error {worst:?}");
+        let e = decode(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;").unwrap_err();
+        assert!(
+            e.to_string().contains("Gif images are not supported"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn sizes_are_checked_before_decoding() {
+        // A valid 20000 × 1 gray PNG: refused from its header, whatever its pixels.
+        let mut png = Vec::new();
+        let mut enc = png::Encoder::new(&mut png, 20_000, 1);
+        enc.set_color(png::ColorType::Grayscale);
+        let mut w = enc.write_header().unwrap();
+        w.write_image_data(&[0; 20_000]).unwrap();
+        drop(w);
+        let e = decode(&png).unwrap_err();
+        assert!(
+            matches!(e, ImageError::BadSize { width: 20_000, .. }),
+            "{e}"
+        );
+    }
 
     #[test]
     fn policies_map_16_bit_values() {
@@ -359,10 +406,10 @@ mod tests {
     fn png_round_trips_16_bit_gray() {
         let px: Vec<u16> = (0..12).map(|i| i * 5000).collect();
         let png = crate::rexvqa::synth::encode_png16(4, 3, &px);
-        let d = decode_png(&png).unwrap();
+        let d = decode(&png).unwrap();
         assert_eq!((d.width, d.height, d.channels, d.bits), (4, 3, 1, 16));
         assert_eq!(d.samples, px);
-        assert!(matches!(decode_png(b"not a png"), Err(ImageError::Png(_))));
+        assert!(matches!(decode(b"not a png"), Err(ImageError::Decode(_))));
     }
 
     #[test]

@@ -183,7 +183,7 @@ impl Model {
     /// Decodes a PNG and preprocesses it for the tower (policy for 16-bit images).
     pub fn preprocess_png(&self, png: &[u8], policy: Policy) -> Result<Vec<f32>, ModelError> {
         let v = self.vision()?;
-        let img = image::decode_png(png).map_err(|e| ModelError::Prompt(e.to_string()))?;
+        let img = image::decode(png).map_err(|e| ModelError::Prompt(e.to_string()))?;
         Ok(image::preprocess_with(
             &img.to_8bit(policy),
             v.cfg.image_size as u32,

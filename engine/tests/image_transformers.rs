@@ -3,7 +3,7 @@
 
 mod common;
 
-use rexvqa_engine::image::{Policy, decode_png, preprocess, resize_bilinear};
+use rexvqa_engine::image::{Policy, decode, preprocess, resize_bilinear};
 use sha2::{Digest, Sha256};
 
 fn sha_u8(v: &[u8]) -> String {
@@ -30,7 +30,7 @@ fn preprocessing_matches_pillow_exactly_and_torchvision_within_one_level() {
     assert_eq!(images.len(), 4);
     for (name, entry) in images {
         let bytes = std::fs::read(root.join("tests/fixtures/images").join(name)).unwrap();
-        let d = decode_png(&bytes).unwrap();
+        let d = decode(&bytes).unwrap();
         assert_eq!(
             (d.width as u64, d.height as u64, d.bits),
             (
@@ -64,7 +64,7 @@ fn preprocessing_matches_pillow_exactly_and_torchvision_within_one_level() {
                     .join(want["torchvision_png"].as_str().unwrap()),
             )
             .unwrap();
-            let tv = decode_png(&tv_png).unwrap();
+            let tv = decode(&tv_png).unwrap();
             let max = tv
                 .samples
                 .iter()

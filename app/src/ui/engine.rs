@@ -6,6 +6,8 @@ mod events;
 
 use std::collections::HashMap;
 
+use gloo_events::EventListener;
+use gloo_file::ObjectUrl;
 use js_sys::{Array, Object, Reflect};
 use leptos::prelude::*;
 use rexvqa_engine::quiz::{Quiz, QuizReport, ReaderStudy, SavedQuiz};
@@ -125,11 +127,8 @@ pub struct Engine {
 }
 
 fn save(name: &str, mime: &str, text: &str) -> Result<(), JsValue> {
-    let parts = Array::of1(&JsValue::from_str(text));
-    let opts = web_sys::BlobPropertyBag::new();
-    opts.set_type(mime);
-    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts)?;
-    let url = web_sys::Url::create_object_url_with_blob(&blob)?;
+    // Revoked when dropped, after the click has started the download.
+    let url = ObjectUrl::from(gloo_file::Blob::new_with_options(text, Some(mime)));
     let doc = web_sys::window()
         .and_then(|w| w.document())
         .ok_or("no document")?;
@@ -137,7 +136,6 @@ fn save(name: &str, mime: &str, text: &str) -> Result<(), JsValue> {
     a.set_href(&url);
     a.set_download(name);
     a.click();
-    web_sys::Url::revoke_object_url(&url)?;
     Ok(())
 }
 
@@ -189,7 +187,11 @@ impl Engine {
                 return engine;
             }
         };
-        let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |m: MessageEvent| {
+        // The listeners live as long as the page (a terminated worker sends nothing more).
+        EventListener::new(&worker, "message", move |m| {
+            let Some(m) = m.dyn_ref::<MessageEvent>() else {
+                return;
+            };
             let data = m.data();
             let Some(text) = Reflect::get(&data, &"json".into())
                 .ok()
@@ -201,14 +203,16 @@ impl Engine {
                 Ok(r) => engine.on_reply(r, &data),
                 Err(err) => engine.error(format!("unreadable worker message: {err}")),
             }
-        });
-        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-        on_message.forget();
-        let on_error = Closure::<dyn FnMut(ErrorEvent)>::new(move |e: ErrorEvent| {
-            engine.error(format!("the engine worker failed: {}", e.message()));
-        });
-        worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-        on_error.forget();
+        })
+        .forget();
+        EventListener::new(&worker, "error", move |e| {
+            let message = e.dyn_ref::<ErrorEvent>().map(ErrorEvent::message);
+            engine.error(format!(
+                "the engine worker failed: {}",
+                message.unwrap_or_default()
+            ));
+        })
+        .forget();
         engine.worker.set_value(Some(worker));
         #[cfg(debug_assertions)]
         engine.install_test_hooks();

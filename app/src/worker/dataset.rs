@@ -181,7 +181,7 @@ pub fn question(split: &str, id: &str) -> Result<Event, String> {
 /// Posts an image's decoded samples (u16, channels interleaved) for the viewer.
 pub async fn image(out: Replies, path: &str) -> Result<(), String> {
     let bytes = FileStore::current().read(path).await?;
-    let d = image::decode_png(&bytes).map_err(|e| format!("{path}: {e}"))?;
+    let d = image::decode(&bytes).map_err(|e| format!("{path}: {e}"))?;
     let arr = js_sys::Uint16Array::from(&d.samples[..]);
     out.post_with_buffer(
         Event::Image {

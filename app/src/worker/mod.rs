@@ -15,12 +15,12 @@ mod runs;
 mod state;
 mod storage;
 
+use gloo_events::EventListener;
 use js_sys::{Array, Reflect};
 use rexvqa_engine::eval::Settings;
 use rexvqa_engine::image::Policy;
 use rexvqa_engine::session::Mode;
 use wasm_bindgen::JsCast;
-use wasm_bindgen::prelude::*;
 use web_sys::{DedicatedWorkerGlobalScope, File, MessageEvent};
 
 use crate::protocol::{Call, Event, MemoryUse, Request};
@@ -174,7 +174,11 @@ pub fn run() {
             message: info.to_string(),
         });
     }));
-    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(|e: MessageEvent| {
+    // The listener lives as long as the worker.
+    EventListener::new(&scope(), "message", |e| {
+        let Some(e) = e.dyn_ref::<MessageEvent>() else {
+            return;
+        };
         let data = e.data();
         let unsolicited = Replies::unsolicited();
         let Some(text) = Reflect::get(&data, &"json".into())
@@ -198,9 +202,7 @@ pub fn run() {
             Ok(call) => wasm_bindgen_futures::spawn_local(handle(call, files)),
             Err(err) => unsolicited.fail("message", format!("unreadable request {text:?}: {err}")),
         }
-    });
-    scope().set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-    // The handler lives as long as the worker.
-    on_message.forget();
+    })
+    .forget();
     Replies::unsolicited().post(Event::Ready);
 }
