@@ -252,8 +252,9 @@ mod model_in_browser {
             );
             worst = worst.max((gpu_logits[id] - l).abs());
         }
+        // Measured on SwiftShader: 1.9e-6 (2026-11-24).
         assert!(
-            worst <= 1e-2,
+            worst <= 2e-5,
             "WebGPU vs transformers: max |Δlogit| {worst}"
         );
         let rank = |v: &[f32]| {
@@ -271,7 +272,8 @@ mod model_in_browser {
             .zip(&cpu_logits)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        assert!(d <= 1e-2, "WebGPU vs CPU: max |Δlogit| {d}");
+        // Measured on SwiftShader: 3.2e-6 (2026-11-24).
+        assert!(d <= 3e-5, "WebGPU vs CPU: max |Δlogit| {d}");
         let _ = read_f32::<1>;
         web_sys_log(&format!(
             "WebGPU vs transformers {worst:.2e}, vs CPU {d:.2e}"
