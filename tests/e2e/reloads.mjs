@@ -6,7 +6,7 @@
 //   node tests/e2e/reloads.mjs --reloads N [--studies S] [--seed K] [--dist dist] [--out r.json]
 //
 // Needs REXVQA_E2E (the tiny GGUF pair, as scripts/test.sh prepares it) and REXVQA_BIN (the CLI).
-// It makes its own synthetic split (S studies of 3 questions; default 2N + 2) so that every reload
+// It makes its own synthetic split (S studies of 3 questions; default 4N + 4) so that every reload
 // lands in the middle of the run. CI runs it with N = 5 (tests/e2e/reloads.test.mjs).
 //
 // After every reload, before resuming, the run's journal is read straight from the origin's
@@ -21,6 +21,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { launch, openPage } from './browser.mjs';
 import { serve } from './server.mjs';
+import { loadStoredModel, SLOW, tab } from './steps.mjs';
 
 const { values: a } = parseArgs({
   options: {
@@ -33,9 +34,8 @@ const BIN = process.env.REXVQA_BIN;
 if (!FIX || !BIN) throw new Error('REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
 const N = Number(a.reloads);
 const PER_STUDY = 3;
-const studies = Number(a.studies ?? 2 * N + 2);
+const studies = Number(a.studies ?? 4 * N + 4);
 const seed = Number(a.seed ?? Math.floor(Math.random() * 2 ** 31));
-const SLOW = 240_000;
 const MODEL = join(FIX, 'tiny-q8_0.gguf');
 const MMPROJ = join(FIX, 'tiny-q8_0-mmproj.gguf');
 
@@ -64,23 +64,10 @@ const cliReport = JSON.parse(readFileSync(`${predPath}.report.json`, 'utf8'));
 const total = Object.keys(cliPred).length;
 mark(`split: ${studies} studies, ${total} questions; seed ${seed}; CLI reference run done`);
 
-async function tab(page, id) {
-  await page.getByTestId(`tab-${id}`).click();
-}
-
 async function openDataset(page) {
   await tab(page, 'data');
   await page.getByTestId('dataset-folder-input').setInputFiles(data);
   await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
-}
-
-async function loadStored(page) {
-  await tab(page, 'model');
-  await page.getByTestId('stored-models').waitFor({ timeout: 30_000 });
-  await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
-  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
-  await page.getByTestId('load-stored').click();
-  await page.getByTestId('model-card').waitFor({ timeout: SLOW });
 }
 
 // The answered count on the progress line ("k / T answered — …"), or -1 without one.
@@ -133,11 +120,11 @@ try {
   let kept = new Set();
   let answered = 0;
   for (let i = 0; i < N; i += 1) {
-    // A random count between here and the end, leaving room for the reloads still to come
-    // (progress arrives a study, 3 questions, at a time, so the last point stays two studies
-    // short of the end); then a random delay of up to 400 ms, so some reloads land while a
-    // question is in flight or its journal line is being written.
-    const last = total - PER_STUDY * (N - i + 1);
+    // A random count between here and the end, leaving two studies of room for each reload
+    // still to come (progress arrives a study, 3 questions, at a time, and another study may
+    // finish during the delay) and three for the last; then a random delay of up to 400 ms, so
+    // some reloads land while a question is in flight or its journal line is being written.
+    const last = total - PER_STUDY * (2 * (N - 1 - i) + 3);
     assert.ok(last > answered, `the split is too small for ${N} reloads (${total} questions)`);
     const spread = Math.max(1, Math.ceil((2 * (last - answered)) / (N - i + 1)));
     const target = Math.min(last, answered + 1 + Math.floor(random() * spread));
@@ -157,7 +144,7 @@ try {
     result.points.push({ shown_answered: seen.answered, delay_ms: delay, journaled: ids.length, torn_line: torn });
     mark(`reload ${i + 1}/${N}: at ${seen.answered} shown (+${delay} ms); journal holds ${ids.length}${torn ? ' and a torn line' : ''}`);
 
-    await loadStored(page);
+    await loadStoredModel(page);
     await openDataset(page);
     await tab(page, 'eval');
     const resume = page.getByTestId('run-resume').first();

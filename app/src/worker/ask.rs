@@ -4,7 +4,8 @@
 
 use rexvqa_engine::eval::{self, Answer, Settings};
 use rexvqa_engine::rexvqa::{Letter, Record, prompt};
-use rexvqa_engine::session::{Session, StudyCache};
+use rexvqa_engine::session::{Model, Session, StudyCache};
+use std::rc::Rc;
 
 use super::reply::Replies;
 use super::state::{self, FileStore, PerfClock};
@@ -34,6 +35,57 @@ fn keep_study(key: String, session: Session<'_>) {
     state::with(|s| s.study = Some((key, cache)));
 }
 
+/// Question `id` of the open split `split_name`, the loaded model, and its study's key.
+struct Asked {
+    model: Rc<Model>,
+    record: Record,
+    study: String,
+}
+
+impl Asked {
+    fn find(split_name: &str, id: &str) -> Result<Asked, String> {
+        let (model, s) = (state::model()?, state::split(split_name)?);
+        let record = s
+            .get(id)
+            .ok_or_else(|| format!("question {id} is not in split {split_name}"))?
+            .clone();
+        let study = study_key(split_name, &record);
+        Ok(Asked {
+            model,
+            record,
+            study,
+        })
+    }
+}
+
+/// Streams generated text to the page, at most once per [`STREAM_EVERY_MS`].
+struct Stream {
+    out: Replies,
+    target: AskTarget,
+    last: f64,
+}
+
+impl Stream {
+    fn new(out: Replies, target: AskTarget) -> Stream {
+        Stream {
+            out,
+            target,
+            last: 0.0,
+        }
+    }
+
+    fn text(&mut self, text: &str) {
+        let now = now_ms();
+        if now - self.last > STREAM_EVERY_MS {
+            self.last = now;
+            self.out.post(Event::AskText {
+                target: self.target.clone(),
+                text: text.into(),
+            });
+        }
+    }
+}
+
 /// Answers question `id` of `split_name` as an evaluation would, streaming official-mode text.
 pub async fn question(
     out: Replies,
@@ -41,30 +93,21 @@ pub async fn question(
     id: &str,
     settings: Settings,
 ) -> Result<(), String> {
-    let (model, s) = (state::model()?, state::split(split_name)?);
-    let r = s
-        .get(id)
-        .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
-    let study = study_key(split_name, r);
+    let Asked {
+        model,
+        record,
+        study,
+    } = Asked::find(split_name, id)?;
     let target = AskTarget::Question { id: id.into() };
     let mut session = Session::with_cache(&model, take_study(&study));
-    let mut last = 0.0;
+    let mut stream = Stream::new(out, target.clone());
     let a = eval::answer(
         &mut session,
-        r,
+        &record,
         &settings,
         &FileStore::current(),
         &PerfClock,
-        &mut |text| {
-            let now = now_ms();
-            if now - last > STREAM_EVERY_MS {
-                last = now;
-                out.post(Event::AskText {
-                    target: target.clone(),
-                    text: text.into(),
-                });
-            }
-        },
+        &mut |text| stream.text(text),
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -92,13 +135,13 @@ pub async fn free(
     text: &str,
     settings: Settings,
 ) -> Result<(), String> {
-    let (model, s) = (state::model()?, state::split(split_name)?);
-    let r = s
-        .get(id)
-        .ok_or_else(|| format!("question {id} is not in split {split_name}"))?;
-    let study = study_key(split_name, r);
+    let Asked {
+        model,
+        record,
+        study,
+    } = Asked::find(split_name, id)?;
     let mut session = Session::with_cache(&model, take_study(&study));
-    let (feats, missing) = eval::features(&mut session, r, &settings, &FileStore::current())
+    let (feats, missing) = eval::features(&mut session, &record, &settings, &FileStore::current())
         .await
         .map_err(|e| e.to_string())?;
     if !missing.is_empty() {
@@ -114,17 +157,10 @@ pub async fn free(
         )
         .map_err(|e| e.to_string())?;
     let t0 = now_ms();
-    let mut last = 0.0;
+    let mut stream = Stream::new(out, AskTarget::Free);
     let generated = session
         .generate(&ids, &feats, FREE_MAX_TOKENS, &mut |_, so_far| {
-            let now = now_ms();
-            if now - last > STREAM_EVERY_MS {
-                last = now;
-                out.post(Event::AskText {
-                    target: AskTarget::Free,
-                    text: so_far.into(),
-                });
-            }
+            stream.text(so_far)
         })
         .await
         .map_err(|e| e.to_string())?;
