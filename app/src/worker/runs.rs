@@ -42,14 +42,21 @@ struct RunMeta {
 }
 
 async fn read_run(run_id: &str) -> Result<(RunMeta, Vec<Answer>), String> {
+    let (meta, journal) = read_run_bytes(run_id).await?;
+    Ok((meta, eval::read_journal(&String::from_utf8_lossy(&journal))))
+}
+
+/// A run's meta and its journal's bytes (none before its first answer). Bytes, not text: a
+/// line torn inside a character must not make the whole journal unreadable.
+async fn read_run_bytes(run_id: &str) -> Result<(RunMeta, Vec<u8>), String> {
     let dir = runs_dir().await?;
     let meta: RunMeta = serde_json::from_str(&dir.read_text(&format!("{run_id}.json")).await?)
         .map_err(|e| format!("run {run_id}: {e}"))?;
-    let journal = dir
-        .read_text(&format!("{run_id}.jsonl"))
-        .await
-        .unwrap_or_default();
-    Ok((meta, eval::read_journal(&journal)))
+    let journal = match dir.blob(&format!("{run_id}.jsonl")).await {
+        Ok(b) => read_blob(&b).await?,
+        Err(_) => Vec::new(),
+    };
+    Ok((meta, journal))
 }
 
 /// The stored runs, newest first.
@@ -191,23 +198,23 @@ impl eval_run::Observer for PageObserver<'_> {
 }
 
 async fn run(out: Replies, run_id: String) -> Result<(), String> {
-    let (meta, mut done) = read_run(&run_id).await?;
+    let (meta, journal) = read_run_bytes(&run_id).await?;
+    let mut done = eval::read_journal(&String::from_utf8_lossy(&journal));
     let (model, s) = (state::model()?, state::split(&meta.split)?);
     let total = s.select(&meta.scope).map_err(|e| e.to_string())?.len();
     let dir = runs_dir().await?;
-    // Rewrite the journal from its complete lines, so a line torn by a crash cannot corrupt
-    // the appends that follow.
     let file = dir.open_sync(&format!("{run_id}.jsonl"), true).await?;
-    file.truncate(0)?;
-    let text: String = done.iter().map(eval::journal_line).collect();
-    if let Err(e) = file.write_at(text.as_bytes(), 0) {
+    // Cut a line torn by a crash or a refused write; the saved lines are never rewritten. A
+    // journal that could not be read whole is left alone rather than cut.
+    let stored = file.size()?;
+    if stored != journal.len() as u64 {
         file.close();
-        return Err(match e {
-            io::WriteError::NoSpace => journal_full(0).await,
-            e => e.into(),
-        });
+        return Err(format!(
+            "run {run_id}: its journal holds {stored} bytes but {} were read; not resuming",
+            journal.len()
+        ));
     }
-    file.flush()?;
+    file.truncate(eval::complete_len(&journal) as u64)?;
     let ctl = Rc::new(EvalCtl {
         paused: Cell::new(false),
         cancelled: Cell::new(false),

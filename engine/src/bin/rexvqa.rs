@@ -555,23 +555,27 @@ fn run(cli: Cli) -> Result<(), String> {
             let (split, folder) = open_split(&d)?;
             let s = settings(&d);
             let journal_path = with_ext(&out, ".journal.jsonl");
-            let mut done = match std::fs::read_to_string(&journal_path) {
-                Ok(t) => eval::read_journal(&t),
-                Err(_) => Vec::new(),
+            // Bytes, not text: a line torn inside a character must not make the whole journal
+            // unreadable.
+            let saved = match std::fs::read(&journal_path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(err(&journal_path, e)),
             };
+            let mut done = eval::read_journal(&String::from_utf8_lossy(&saved));
             let in_scope = split.select(&scope).map_err(|e| e.to_string())?.len();
             if !done.is_empty() {
                 eprintln!("resuming: {} of {in_scope} answered", done.len());
             }
             let model = load_model(&m)?;
-            let mut journal = FileJournal(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&journal_path)
-                    .map_err(|e| err(&journal_path, e))?,
-                journal_path.clone(),
-            );
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&journal_path)
+                .map_err(|e| err(&journal_path, e))?;
+            file.set_len(eval::complete_len(&saved) as u64)
+                .map_err(|e| err(&journal_path, e))?;
+            let mut journal = FileJournal(file, journal_path.clone());
             pollster::block_on(eval::run::run(
                 &mut Session::new(&model),
                 &split,
