@@ -99,14 +99,46 @@ pub async fn wgpu_async() -> Result<Device, DeviceError> {
     if let Some(d) = DEVICE.get() {
         return Ok(d.clone());
     }
-    let result = Device::wgpu_options().init_async().await;
+    let result = Device::wgpu_options().init_with_setup_async().await;
     // Another caller may have finished first while this one awaited.
     if let Some(d) = DEVICE.get() {
         return Ok(d.clone());
     }
-    let d = result.map_err(|e| DeviceError(format!("{e:?}")))?;
+    let (d, setup) = result.map_err(|e| DeviceError(format!("{e:?}")))?;
+    WGPU_DEVICE.with(|w| *w.borrow_mut() = Some(setup.device));
     crate::quant::ops::probe_native_half(&d).await;
     Ok(DEVICE.get_or_init(|| d).clone())
+}
+
+#[cfg(target_arch = "wasm32")]
+thread_local! {
+    /// The browser's device behind [`wgpu_async`]'s, for [`on_device_lost`] (wgpu handles are
+    /// not `Sync` in the browser, hence thread-local; a wasm instance has one thread).
+    static WGPU_DEVICE: std::cell::RefCell<Option<burn::tensor::wgpu::wgpu::Device>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Calls `f` with the browser's message when the WebGPU device opened by [`wgpu_async`] is
+/// lost (driver reset, GPU process crash, GPU switch): every buffer on it, the weights
+/// included, is gone, and the runtime cannot open another in this wasm instance, so the caller
+/// must start a new one. Returns false when no WebGPU device is open.
+#[cfg(target_arch = "wasm32")]
+pub fn on_device_lost(f: impl Fn(String) + Send + 'static) -> bool {
+    WGPU_DEVICE.with(|w| match w.borrow().as_ref() {
+        Some(d) => {
+            d.set_device_lost_callback(move |reason, message| f(format!("{reason:?}: {message}")));
+            true
+        }
+        None => false,
+    })
+}
+
+/// Destroys the open WebGPU device, as a driver reset would lose it, for the tests of device
+/// loss. Returns false when none is open.
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub fn destroy_for_test() -> bool {
+    WGPU_DEVICE.with(|w| w.borrow().as_ref().map(|d| d.destroy()).is_some())
 }
 
 /// The native wgpu device, with the browser's async signature (one API for both targets).

@@ -214,6 +214,9 @@ pub enum Request {
         /// The cap in bytes.
         bytes: Option<u64>,
     },
+    /// Debug builds only: destroy the WebGPU device, as a driver reset loses it, to test that
+    /// the page recovers.
+    TestLoseDevice,
     /// Merge several students' result files (name, text) into a reader-study table.
     ReaderStudy {
         /// Split name.
@@ -290,6 +293,7 @@ impl Request {
             Request::ReaderStudy { .. } => "ReaderStudy",
             Request::TestPanic => "TestPanic",
             Request::TestJournalCap { .. } => "TestJournalCap",
+            Request::TestLoseDevice => "TestLoseDevice",
             Request::MergeShards { .. } => "MergeShards",
             Request::Calibrate { .. } => "Calibrate",
             Request::Bench { .. } => "Bench",
@@ -416,6 +420,12 @@ pub enum Event {
     },
     /// The request is over: everything it had to say was posted before.
     Done,
+    /// The WebGPU device was lost (driver reset, GPU process crash, GPU switch): the worker's
+    /// model is gone and it cannot open another device, so the page starts a new worker.
+    DeviceLost {
+        /// The browser's reason and message.
+        message: String,
+    },
     /// The worker hit a bug (a Rust panic) and cannot go on: the page must be reloaded.
     Fatal {
         /// The panic's message and place.

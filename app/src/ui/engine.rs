@@ -3,6 +3,9 @@
 //! owns engine state. Events are applied in [`events`].
 
 mod events;
+mod recovery;
+
+pub use recovery::{DeviceLoss, RecoveryState};
 
 use std::collections::HashMap;
 
@@ -74,8 +77,17 @@ pub struct Engine {
     queued: StoredValue<Option<Vec<Object>>, LocalStorage>,
     /// The id of the next request.
     next_id: StoredValue<u64>,
-    /// Requests in flight that drive a signal, until their `Done`.
-    in_flight: StoredValue<HashMap<RequestId, Drives>>,
+    /// Requests in flight that drive a signal, until their `Done` (with the request, which a
+    /// new worker runs again after a lost GPU device).
+    in_flight: StoredValue<HashMap<RequestId, (Drives, Request)>>,
+    /// The dataset last opened, with its files, to open again in a new worker.
+    opened: StoredValue<Option<(Request, Vec<File>)>, LocalStorage>,
+    /// Counts the workers started: a replaced worker's late messages are dropped.
+    generation: StoredValue<u64>,
+    /// A new worker being brought back to where the lost one was.
+    recovering: StoredValue<Option<recovery::Recovering>>,
+    /// The last lost GPU device and the recovery from it, for the page to show.
+    pub device_loss: RwSignal<Option<DeviceLoss>>,
     /// GPU state.
     pub gpu: RwSignal<GpuState>,
     /// The worker's memory after its last request.
@@ -147,6 +159,10 @@ impl Engine {
             queued: StoredValue::new_local(Some(Vec::new())),
             next_id: StoredValue::new(1),
             in_flight: StoredValue::new(HashMap::new()),
+            opened: StoredValue::new_local(None),
+            generation: StoredValue::new(0),
+            recovering: StoredValue::new(None),
+            device_loss: RwSignal::new(None),
             gpu: RwSignal::new(GpuState::Probing),
             compute: RwSignal::new(
                 local_storage()
@@ -177,6 +193,18 @@ impl Engine {
             busy: RwSignal::new(None),
             fatal: RwSignal::new(None),
         };
+        engine.spawn_worker();
+        #[cfg(debug_assertions)]
+        engine.install_test_hooks();
+        engine
+    }
+
+    /// Starts a worker (trunk builds it as `worker_loader.js`); requests wait in `queued` until
+    /// it is ready.
+    fn spawn_worker(&self) {
+        let engine = *self;
+        let generation = self.generation.get_value() + 1;
+        self.generation.set_value(generation);
         let worker = match Worker::new("./worker_loader.js") {
             Ok(w) => w,
             Err(e) => {
@@ -184,12 +212,14 @@ impl Engine {
                     "The engine worker could not start: {}",
                     crate::gpu::describe(&e)
                 )));
-                return engine;
+                return;
             }
         };
-        // The listeners live as long as the page (a terminated worker sends nothing more).
+        let current = move || engine.generation.get_value() == generation;
+        // The listeners live as long as the page (a terminated worker sends nothing more, and
+        // what a replaced one sent late is dropped).
         EventListener::new(&worker, "message", move |m| {
-            let Some(m) = m.dyn_ref::<MessageEvent>() else {
+            let Some(m) = m.dyn_ref::<MessageEvent>().filter(|_| current()) else {
                 return;
             };
             let data = m.data();
@@ -206,6 +236,9 @@ impl Engine {
         })
         .forget();
         EventListener::new(&worker, "error", move |e| {
+            if !current() {
+                return;
+            }
             let message = e.dyn_ref::<ErrorEvent>().map(ErrorEvent::message);
             engine.error(format!(
                 "the engine worker failed: {}",
@@ -213,14 +246,12 @@ impl Engine {
             ));
         })
         .forget();
-        engine.worker.set_value(Some(worker));
-        #[cfg(debug_assertions)]
-        engine.install_test_hooks();
-        engine
+        self.worker.set_value(Some(worker));
     }
 
-    /// Debug builds: `window.rexvqaTestPanic()` makes the worker panic and
-    /// `window.rexvqaTestJournalCap(bytes | null)` caps run journals, so the end-to-end tests can
+    /// Debug builds: `window.rexvqaTestPanic()` makes the worker panic,
+    /// `window.rexvqaTestJournalCap(bytes | null)` caps run journals and
+    /// `window.rexvqaTestLoseDevice()` destroys the WebGPU device, so the end-to-end tests can
     /// check what the page does then.
     #[cfg(debug_assertions)]
     fn install_test_hooks(&self) {
@@ -239,6 +270,11 @@ impl Engine {
             let _ = Reflect::set(&w, &"rexvqaTestJournalCap".into(), cap.as_ref());
         }
         cap.forget();
+        let lose = Closure::<dyn Fn()>::new(move || engine.send(&Request::TestLoseDevice));
+        if let Some(w) = web_sys::window() {
+            let _ = Reflect::set(&w, &"rexvqaTestLoseDevice".into(), lose.as_ref());
+        }
+        lose.forget();
     }
 
     /// The worker panicked: it is stopped, every busy control is put back to rest, and the page
@@ -260,12 +296,20 @@ impl Engine {
 
     /// Sends a request with attached files.
     pub fn send_with(&self, req: &Request, files: &[File]) {
+        self.call_with(req, files);
+    }
+
+    /// Sends a request with attached files; returns its id.
+    fn call_with(&self, req: &Request, files: &[File]) -> RequestId {
         let id = RequestId(self.next_id.get_value());
         self.next_id.set_value(id.0 + 1);
         if let Some(d) = Drives::of(req) {
             self.in_flight.update_value(|m| {
-                m.insert(id, d);
+                m.insert(id, (d, req.clone()));
             });
+        }
+        if matches!(req, Request::OpenDataset { .. }) {
+            self.opened.set_value(Some((req.clone(), files.to_vec())));
         }
         let call = Call {
             id,
@@ -289,6 +333,7 @@ impl Engine {
         if let Some(o) = o {
             self.post(&o);
         }
+        id
     }
 
     fn post(&self, o: &Object) {

@@ -85,6 +85,7 @@ pub fn App() -> impl IntoView {
                     <button data-testid="engine-reload" on:click=move |_| { if let Some(w) = web_sys::window() { let _ = w.location().reload(); } }>"Reload"</button>
                 </div>
             })}
+            {move || engine.device_loss.get().map(|d| view! { <DeviceLossNotice loss=d /> })}
             {move || (!engine.errors.get().is_empty()).then(|| view! {
                 <div class="errors" role="alert" data-testid="app-error">
                     {engine.errors.get().into_iter().rev().take(3).map(|e| view! { <p>{e}</p> }).collect_view()}
@@ -100,5 +101,38 @@ pub fn App() -> impl IntoView {
             <div hidden=move || tab.get() != "quiz"><QuizPanel /></div>
             <div hidden=move || tab.get() != "about"><AboutPanel /></div>
         </main>
+    }
+}
+
+/// The lost GPU device and the recovery from it.
+#[component]
+fn DeviceLossNotice(loss: engine::DeviceLoss) -> impl IntoView {
+    use engine::RecoveryState;
+    let engine = expect_context::<engine::Engine>();
+    let times = if loss.count > 1 {
+        format!(" ({} times since the page opened)", loss.count)
+    } else {
+        String::new()
+    };
+    let (class, status) = match loss.state {
+        RecoveryState::Restoring => (
+            "notice",
+            view! { <p data-testid="device-recovering">"Starting the engine again: loading the model from browser storage and reopening the dataset…"</p> }.into_any(),
+        ),
+        RecoveryState::Recovered { resumed } => (
+            "notice",
+            view! { <p data-testid="device-recovered">"Recovered: "{resumed}"."</p> }.into_any(),
+        ),
+        RecoveryState::Failed(e) => (
+            "errors",
+            view! { <p data-testid="device-recovery-failed">"Could not recover: "{e}". Reload the page (stored models and runs are kept; a run resumes from its last saved answer)."</p> }.into_any(),
+        ),
+    };
+    view! {
+        <div class=class role="status" data-testid="device-lost">
+            <p><strong>"The GPU device was lost"</strong>{times}" — the browser said: "<span class="mono" data-testid="device-lost-message">{loss.message}</span></p>
+            {status}
+            <button class="secondary" on:click=move |_| engine.device_loss.set(None)>"Dismiss"</button>
+        </div>
     }
 }

@@ -129,6 +129,7 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), St
             }
             state::with(|st| st.journal_cap = bytes);
         }
+        Request::TestLoseDevice => model::test_lose_device()?,
     }
     Ok(())
 }
@@ -147,6 +148,10 @@ async fn handle(call: Call, attached: Vec<File>) {
     let out = Replies::to(call.id);
     let name = call.request.name();
     if let Err(e) = route(out, call.request, attached).await {
+        // Neither error nor end: the page replaces this worker and runs the request again.
+        if model::failed_from_device_loss().await {
+            return;
+        }
         out.fail(name, e);
     }
     if let Some(wasm_bytes) = state::wasm_heap_bytes() {

@@ -69,9 +69,57 @@ async fn choose_device() -> Result<(Device, String), String> {
         )),
         (_, adapter) => {
             let d = device::wgpu_async().await.map_err(|e| e.to_string())?;
+            watch_device_loss();
             let name = adapter.map_or_else(|| "adapter unknown".to_string(), |a| a.name);
             Ok((d, format!("WebGPU ({name})")))
         }
+    }
+}
+
+thread_local! {
+    /// Whether this worker opened a WebGPU device and is watching it.
+    static WATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether that device has been lost.
+    static LOST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Tells the page when the WebGPU device is lost (once per worker: the device is opened once).
+fn watch_device_loss() {
+    if !WATCHING.with(|w| w.replace(true)) {
+        device::on_device_lost(|message| {
+            LOST.with(|l| l.set(true));
+            Replies::unsolicited().post(Event::DeviceLost { message });
+        });
+    }
+}
+
+/// Whether a request's failure is explained by a lost device, waiting up to a second for the
+/// browser to say so: a read from a destroyed device fails before (or after) its `lost` promise
+/// settles, and a request that failed that way is the page's to run again in a new worker,
+/// not an error to show.
+pub async fn failed_from_device_loss() -> bool {
+    if !WATCHING.with(std::cell::Cell::get) {
+        return false;
+    }
+    for _ in 0..40 {
+        if LOST.with(std::cell::Cell::get) {
+            return true;
+        }
+        io::sleep(25).await;
+    }
+    LOST.with(std::cell::Cell::get)
+}
+
+/// Debug builds: destroys the WebGPU device, for the end-to-end test of the page's recovery; a
+/// release build refuses.
+pub fn test_lose_device() -> Result<(), String> {
+    if !cfg!(debug_assertions) {
+        return Err("test hooks exist only in debug builds".into());
+    }
+    if device::destroy_for_test() {
+        Ok(())
+    } else {
+        Err("no WebGPU device is open".into())
     }
 }
 

@@ -21,7 +21,7 @@ impl Engine {
 
     /// Puts back to rest what a failed request drove (everything, when the failure names no
     /// request).
-    fn settle(&self, drives: Option<Drives>) {
+    pub(super) fn settle(&self, drives: Option<Drives>) {
         let all = drives.is_none();
         let is = |d| all || drives == Some(d);
         if is(Drives::Dataset) {
@@ -89,8 +89,10 @@ impl Engine {
                     self.in_flight.update_value(|m| {
                         m.remove(&id);
                     });
+                    self.recovery_step(Some(id), None);
                 }
             }
+            Event::DeviceLost { message } => self.device_lost(message),
             Event::Gpu(r) => self.gpu.set(GpuState::Ready(r)),
             Event::GpuUnavailable { reason } => self.gpu.set(GpuState::Unavailable(reason)),
             Event::Cache(c) => self.cache.set(c),
@@ -196,12 +198,15 @@ impl Engine {
             }
             Event::Error { context, message } => {
                 let drives = match id {
-                    Some(id) => self.in_flight.with_value(|m| m.get(&id).copied()),
+                    Some(id) => self.in_flight.with_value(|m| m.get(&id).map(|(d, _)| *d)),
                     None => None,
                 };
                 // A failed request that drives nothing leaves every signal as it is.
                 if drives.is_some() || id.is_none() {
                     self.settle(drives);
+                }
+                if let Some(id) = id {
+                    self.recovery_step(Some(id), Some(&format!("{context}: {message}")));
                 }
                 self.error(format!("{context}: {message}"));
             }
