@@ -413,3 +413,20 @@ pub async fn storage_estimate() -> Option<(f64, f64)> {
     let g = |k: &str| Reflect::get(&est, &k.into()).ok().and_then(|v| v.as_f64());
     g("usage").zip(g("quota"))
 }
+
+/// "browser storage is full (X used of the Y this site may use)".
+pub async fn storage_full() -> String {
+    use rexvqa_engine::storage::human_bytes;
+    match storage_estimate().await {
+        Some((used, quota)) => format!(
+            "browser storage is full ({} used of the {} this site may use)",
+            human_bytes(used),
+            human_bytes(quota)
+        ),
+        None => "browser storage is full".into(),
+    }
+}
+
+/// What to do when storage is full.
+pub const FREE_SPACE: &str =
+    "Free some space (delete a stored model, unpacked images or an old run)";

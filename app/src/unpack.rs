@@ -13,7 +13,7 @@ use std::rc::Rc;
 use rexvqa_engine::rexvqa::archive::{ImageArchive, Member, order_parts};
 use web_sys::File;
 
-use crate::io::{BlobChain, Dir, now_ms, opfs_root, read_blob, sleep};
+use crate::io::{self, BlobChain, Dir, WriteError, now_ms, opfs_root, read_blob, sleep};
 use crate::protocol::{UnpackProgress, UnpackState};
 
 const PACK: &str = "pack.bin";
@@ -105,6 +105,24 @@ pub async fn delete() -> Result<(), String> {
     Ok(())
 }
 
+/// The message of an unpack stopped by a full storage, with the numbers.
+async fn no_space(written: usize, kept: bool) -> String {
+    let kept = if kept {
+        match written {
+            1 => "the 1 image unpacked in this pass is kept".to_string(),
+            n => format!("the {n} images unpacked in this pass are kept"),
+        }
+    } else {
+        "the images unpacked before the last progress line are kept".into()
+    };
+    format!(
+        "{}: the unpack stopped; {kept}. {}, then pick the parts again: the unpack goes on from \
+         the first image not saved.",
+        io::storage_full().await,
+        io::FREE_SPACE
+    )
+}
+
 /// Whether a file name is an archive part or a whole archive.
 pub fn is_archive(name: &str) -> bool {
     let base = name.rsplit('/').next().unwrap_or(name);
@@ -171,7 +189,14 @@ pub async fn unpack(
         };
         match bytes {
             Some(bytes) => {
-                pack.write_at(&bytes, end)?;
+                if let Err(e) = pack.write_at(&bytes, end) {
+                    // What is indexed stays; the image refused is unpacked again next time.
+                    let kept = flush(&mut lines).is_ok();
+                    return Err(match e {
+                        WriteError::NoSpace => no_space(p.written, kept).await,
+                        WriteError::Other(e) => e,
+                    });
+                }
                 let len = bytes.len() as u64;
                 lines.push_str(&format!("{end}\t{len}\t{path}\n"));
                 index.0.insert(path, (end, len));

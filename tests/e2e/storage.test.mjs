@@ -1,14 +1,29 @@
-// End-to-end: a model import, and an evaluation's journal, that run out of browser storage stop
-// with the numbers and keep what they saved; once there is room, they resume and complete.
+// End-to-end: a model import, an evaluation's journal and an image unpack that run out of
+// browser storage stop with the numbers and keep what they saved; once there is room, they resume
+// and complete.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FIX, loadStoredModel, openDataset, SLOW, servedApp, tab } from './steps.mjs';
+import { BIN, FIX, loadStoredModel, openDataset, SLOW, servedApp, tab } from './steps.mjs';
 
 // The journal cap of the mid-run refusal: one study's answers (3 lines of ~170 bytes) fit, the next
 // study's do not.
 const JOURNAL_CAP = 700;
+// Room for the unpack: Chromium reserves quota for a file handle in growing steps (a room of 2 MB
+// refuses the first 120 kB image), so the unpack test's split has 9 images of ~1.6 MB (14 MB) and
+// room for a few of them.
+const UNPACK_ROOM = Number(process.env.UNPACK_ROOM ?? 5_000_000);
+
+// That split, and its images as the archive ships them (tar | zstd, split into numbered parts).
+function bigArchive() {
+  const dir = mkdtempSync(join(tmpdir(), 'rexvqa-unpack-'));
+  execFileSync(BIN, ['synth', '--out', join(dir, 'rexvqa'), '--studies', '4', '--questions-per-study', '1', '--min-size', '900', '--max-size', '1000', '--seed', '5']);
+  execFileSync('bash', ['-c', `tar -C rexvqa -cf - deid_png | zstd -q -c | split -d -b 4000000 - deid_png.part`], { cwd: dir });
+  return dir;
+}
 
 const open = servedApp();
 
@@ -103,5 +118,42 @@ test('a run refused storage stops with the numbers, keeps its answers, and resum
   const r = JSON.parse(readFileSync(join(FIX, 'cli', 'pred.json.report.json'), 'utf8'));
   assert.equal(Number(await page.getByTestId('report-accuracy').textContent()), Number((100 * r.official.overall.accuracy).toFixed(2)));
   assert.equal(Number(await page.getByTestId('report-n').textContent()), r.official.overall.n);
+  assert.deepEqual(problems, []);
+});
+
+test('an image unpack that runs out of storage says so with the numbers, keeps its images, and resumes with room', async () => {
+  const big = bigArchive();
+  const { page, problems } = await open();
+  await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
+  await tab(page, 'data');
+  await page.getByTestId('dataset-files-input').setInputFiles(join(big, 'rexvqa', 'metadata', 'test_vqa_data.json'));
+  await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
+  const missing = async () => Number((await page.getByTestId('split-test-missing').textContent()).match(/^(\d+)/)[1]);
+  const images = await missing();
+  assert.ok(images >= 3, `${images} images referenced`);
+  const parts = readdirSync(big).filter((n) => n.startsWith('deid_png.part')).map((n) => join(big, n));
+
+  const usage = await page.evaluate(async () => (await navigator.storage.estimate()).usage);
+  const cdp = await page.context().newCDPSession(page);
+  const origin = new URL(page.url()).origin;
+  await cdp.send('Storage.overrideQuotaForOrigin', { origin, quotaSize: usage + UNPACK_ROOM });
+  await page.getByTestId('dataset-archive-input').setInputFiles(parts);
+  const err = page.getByTestId('app-error').filter({ hasText: 'the unpack stopped' });
+  await err.waitFor({ timeout: SLOW });
+  const msg = await err.textContent();
+  console.log(`refused: ${msg}`);
+  assert.match(msg, /browser storage is full \([\d.]+ [kMG]?B used of the [\d.]+ [kMG]?B this site may use\): the unpack stopped; the (\d+) images? unpacked in this pass (is|are) kept/);
+  assert.match(msg, /pick the parts again: the unpack goes on from the first image not saved\./);
+  const kept = Number(msg.match(/the (\d+) images? unpacked in this pass (is|are) kept/)[1]);
+  assert.ok(kept > 0 && kept < images, `kept ${kept} of ${images}`);
+  await page.getByTestId('split-test-missing').filter({ hasText: new RegExp(`^${images - kept} referenced`) }).waitFor();
+  await page.getByTestId('app-error').getByRole('button', { name: 'Dismiss' }).click();
+
+  // Room again: the same parts picked again unpack only what is missing.
+  await cdp.send('Storage.overrideQuotaForOrigin', { origin });
+  await page.getByTestId('dataset-archive-input').setInputFiles(parts);
+  await page.locator('[data-testid="unpack"][data-state="finished"]').waitFor({ timeout: SLOW });
+  assert.match(await page.getByTestId('unpack-line').textContent(), new RegExp(`^Archive read: ${images - kept} images unpacked, ${kept} already there`));
+  await page.getByTestId('split-test-missing').filter({ hasText: /^0 referenced/ }).waitFor();
   assert.deepEqual(problems, []);
 });

@@ -100,10 +100,12 @@ pub fn DatasetPanel() -> impl IntoView {
                 }
             }
         }
+        input.set_value("");
         send_files(engine, pairs);
     };
     let on_files = move |ev: leptos::ev::Event| {
-        let Some(list) = event_target::<HtmlInputElement>(&ev).files() else {
+        let input = event_target::<HtmlInputElement>(&ev);
+        let Some(list) = input.files() else {
             return;
         };
         let pairs = (0..list.length())
@@ -118,16 +120,20 @@ pub fn DatasetPanel() -> impl IntoView {
                 (p, f)
             })
             .collect();
+        input.set_value("");
         send_files(engine, pairs);
     };
     let on_archive = move |ev: leptos::ev::Event| {
-        let Some(list) = event_target::<HtmlInputElement>(&ev).files() else {
+        let input = event_target::<HtmlInputElement>(&ev);
+        let Some(list) = input.files() else {
             return;
         };
         let pairs: Vec<(String, File)> = (0..list.length())
             .filter_map(|i| list.get(i))
             .map(|f| (f.name(), f))
             .collect();
+        // Cleared, so that picking the same files again (after freeing space) is a change.
+        input.set_value("");
         if let Some((n, _)) = pairs.iter().find(|(n, _)| !is_archive(n)) {
             engine.error(format!(
                 "Dataset: {n} is not an image archive part (deid_png.part00, deid_png.part01, … or a .tar.zst)"

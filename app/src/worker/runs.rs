@@ -9,7 +9,6 @@ use rexvqa_engine::eval::export::{RunExport, RunFacts};
 use rexvqa_engine::eval::{self, Answer, Settings, run as eval_run, tally};
 use rexvqa_engine::rexvqa::{Scope, Split};
 use rexvqa_engine::session::Session;
-use rexvqa_engine::storage::human_bytes;
 use rexvqa_engine::{calibrate, score};
 use web_sys::File;
 
@@ -125,27 +124,13 @@ impl eval_run::Journal for OpfsJournal {
     }
 }
 
-/// "browser storage is full (X used of the Y this site may use)".
-async fn storage_full() -> String {
-    match io::storage_estimate().await {
-        Some((used, quota)) => format!(
-            "browser storage is full ({} used of the {} this site may use)",
-            human_bytes(used),
-            human_bytes(quota)
-        ),
-        None => "browser storage is full".into(),
-    }
-}
-
-/// What to do when storage is full.
-const FREE_SPACE: &str = "Free some space (delete a stored model, unpacked images or an old run)";
-
 /// The storage-full message of a run, with the numbers.
 async fn journal_full(saved: usize) -> String {
     format!(
-        "{}: the run stopped after saving {saved} answers, which are kept. {FREE_SPACE}, then \
+        "{}: the run stopped after saving {saved} answers, which are kept. {}, then \
          resume the run: it goes on from the first answer not saved.",
-        storage_full().await,
+        io::storage_full().await,
+        io::FREE_SPACE,
     )
 }
 
@@ -298,8 +283,9 @@ pub async fn start(
     {
         Ok(()) => run(out, run_id).await,
         Err(io::WriteError::NoSpace) => Err(format!(
-            "{}: the run could not start. {FREE_SPACE}, then start it again.",
-            storage_full().await
+            "{}: the run could not start. {}, then start it again.",
+            io::storage_full().await,
+            io::FREE_SPACE
         )),
         Err(e) => Err(e.into()),
     }
