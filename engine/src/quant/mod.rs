@@ -11,6 +11,7 @@ use crate::gguf::GgmlType;
 #[doc(hidden)]
 pub mod conformance;
 pub mod dot;
+pub mod forms;
 pub mod kernels;
 pub mod ops;
 pub mod pack;
