@@ -219,9 +219,10 @@ impl Engine {
         engine
     }
 
-    /// Debug builds: `window.rexvqaTestPanic()` makes the worker panic and
-    /// `window.rexvqaTestJournalCap(bytes | null)` caps run journals, so the end-to-end tests can
-    /// check what the page does then.
+    /// Debug builds: `window.rexvqaTestPanic()` makes the worker panic,
+    /// `window.rexvqaTestJournalCap(bytes | null)` caps run journals and
+    /// `window.rexvqaInjectFault(form)` breaks one kernel form (the next WebGPU load's self-test
+    /// must catch it), so the end-to-end tests can check what the page does then.
     #[cfg(debug_assertions)]
     fn install_test_hooks(&self) {
         let engine = *self;
@@ -239,6 +240,15 @@ impl Engine {
             let _ = Reflect::set(&w, &"rexvqaTestJournalCap".into(), cap.as_ref());
         }
         cap.forget();
+        let fault = Closure::<dyn Fn(JsValue)>::new(move |form: JsValue| {
+            engine.send(&Request::TestInjectFault {
+                form: form.as_string().unwrap_or_default(),
+            })
+        });
+        if let Some(w) = web_sys::window() {
+            let _ = Reflect::set(&w, &"rexvqaInjectFault".into(), fault.as_ref());
+        }
+        fault.forget();
     }
 
     /// The worker panicked: it is stopped, every busy control is put back to rest, and the page
