@@ -97,9 +97,10 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
     assert!(fwd.max_error < 2e-5, "forward |Δlogit| {}", fwd.max_error);
 }
 
-/// A wrong result from the form the automatic choice takes on lavapipe for decoding (naive)
-/// and from the fused attention kernel: both are caught, turned off with the reason, and the
-/// tiny model's forward, now through gemv and blocked attention, still matches the CPU.
+/// A wrong result from the form the automatic choice takes on lavapipe for decoding (naive),
+/// from the fused attention kernel and from the device argmax: each is caught and turned off
+/// with the reason, and the tiny model's forward, now through gemv and blocked attention,
+/// still matches the CPU.
 #[test]
 fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
@@ -107,14 +108,21 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     assert_eq!(resolve(&dev, Kernel::Auto, 1), Kernel::Naive);
     forms::inject_fault(Form::Naive);
     forms::inject_fault(Form::FusedAttention);
+    forms::inject_fault(Form::DeviceArgmax);
     let r = run(&dev, &medgemma_plan());
     forms::clear_faults();
     let now = resolve(&dev, Kernel::Auto, 1);
     let fused_on = forms::enabled(Form::FusedAttention);
+    let argmax_on = forms::enabled(Form::DeviceArgmax);
     forms::reset();
 
     let off: Vec<Form> = r.disabled.iter().map(|d| d.form).collect();
-    assert_eq!(off, [Form::Naive, Form::FusedAttention], "{}", r.verdict());
+    assert_eq!(
+        off,
+        [Form::Naive, Form::FusedAttention, Form::DeviceArgmax],
+        "{}",
+        r.verdict()
+    );
     assert!(
         r.disabled[0]
             .reason
@@ -123,14 +131,17 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
         r.disabled[0].reason
     );
     assert!(
-        failed(&r)
-            .iter()
-            .all(|n| n.starts_with("matmul.naive.") || *n == "attention.fused.d72"),
+        failed(&r).iter().all(|n| n.starts_with("matmul.naive.")
+            || *n == "attention.fused.d72"
+            || *n == "argmax"),
         "{:?}",
         failed(&r)
     );
     assert_eq!(now, Kernel::Gemv, "decoding moves to the next form");
-    assert!(!fused_on);
+    assert!(
+        !fused_on && !argmax_on,
+        "greedy decoding takes the host's argmax"
+    );
     assert!(r.usable, "{}", r.verdict());
     let fwd = r.checks.iter().find(|c| c.name == "forward.tiny").unwrap();
     assert!(
