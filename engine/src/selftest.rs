@@ -217,7 +217,8 @@ fn check(name: String, form: Option<Form>, m: Result<Measured, String>) -> Check
     }
 }
 
-/// `failed: error 3.1e-2 > bound 4.0e-6` for a check that failed.
+/// `matmul.gemv.q4_k: error 3.1e-2 > bound 4.0e-6` for a failed check (its detail when it
+/// could not run or gave NaN).
 fn reason(c: &Check) -> String {
     if c.max_error < f64::MAX {
         format!(
