@@ -12,6 +12,13 @@
 //! `max_error` is that element's absolute error and `bound` the error allowed there (the
 //! Higham bound of its dot product, 0 for exact operations), so `passed` is
 //! `max_error <= bound`.
+//!
+//! Time (measured 2026-11-24 on 2 cores), nearly all of it shader compilation: lavapipe,
+//! release CLI, every supported type (48 checks) 2.0 s with Mesa's shader cache warm, 11 s
+//! without it (tiled matmul 0.65 s per type, the tiny forward 3.3 s); SwiftShader in headless
+//! Chromium, debug wasm, a Q4_K_M MedGemma's plan (17 checks) 36 s on a page's first run and
+//! 5.6–8 s when run again in the same worker. The compiled pipelines are those the model then
+//! uses, so part of that time is the model's own first-use compilation, paid earlier.
 
 pub mod attention;
 
