@@ -17,8 +17,8 @@
 //! release CLI, every supported type (48 checks) 2.0 s with Mesa's shader cache warm, 11 s
 //! without it (tiled matmul 0.65 s per type, the tiny forward 3.3 s); SwiftShader in headless
 //! Chromium, debug wasm, a Q4_K_M MedGemma's plan (17 checks) 36 s on a page's first run and
-//! 5.6–8 s when run again in the same worker. The compiled pipelines are those the model then
-//! uses, so part of that time is the model's own first-use compilation, paid earlier.
+//! 5.6–8 s when run again in the same worker. Not measured yet: how much of the model's own
+//! first-use compilation this saves later (the kernels are the same, the shapes differ).
 
 pub mod attention;
 
