@@ -50,9 +50,20 @@ fn user_agent() -> String {
         .unwrap_or_default()
 }
 
+/// The adapter's name: the device's, or where the browser gives the device none (WebGPU in
+/// Chromium), the vendor and architecture the page's probe read.
+fn adapter_name(device: &Device) -> String {
+    match device::adapter(device).map(|a| a.name) {
+        Some(n) if !n.is_empty() => n,
+        _ => super::state::with(|s| match &s.probe {
+            super::state::Probe::Found(a) => a.name.clone(),
+            _ => "an unnamed WebGPU adapter".into(),
+        }),
+    }
+}
+
 /// What a verdict holds for: adapter, browser, and the weight types and head widths checked.
-fn key(device: &Device, plan: &Plan) -> String {
-    let adapter = device::adapter(device).map_or_else(String::new, |a| a.name);
+fn key(adapter: &str, plan: &Plan) -> String {
     format!(
         "{adapter} | {} | {:?} | {:?}",
         user_agent(),
@@ -93,7 +104,8 @@ pub async fn verdict(
     headers: &PairHeaders,
 ) -> Result<Verdict, String> {
     let plan = Plan::from_headers(headers).map_err(|e| e.to_string())?;
-    let key = key(device, &plan);
+    let adapter = adapter_name(device);
+    let key = key(&adapter, &plan);
     let mut all = kept().await;
     if let Some(report) = all.get(&key) {
         forms::reset();
@@ -108,7 +120,10 @@ pub async fn verdict(
         total: 1,
         tensor: "device self-test".into(),
     });
-    let report = selftest::run(device, &plan, &PerfClock).await;
+    let mut report = selftest::run(device, &plan, &PerfClock).await;
+    if let Some(a) = report.adapter.as_mut() {
+        a.name = adapter;
+    }
     all.insert(key, report.clone());
     // Not kept is not fatal: the test runs again next time.
     let _ = keep(&all).await;
