@@ -155,17 +155,57 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     );
 }
 
+/// With the device argmax turned off (here: broken on purpose, so it would pick the next id),
+/// greedy decoding reads the logits back and takes the host's argmax.
+#[test]
+fn greedy_decoding_takes_the_host_argmax_when_the_device_argmax_is_off() {
+    use rexvqa_engine::session::{LoadOptions, Model, argmax};
+    let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
+    let dev = gpu();
+    let text = SliceSource(gunzip("../tests/fixtures/models/tiny-q8_0.gguf.gz"));
+    let model = pollster::block_on(Model::load(
+        &text,
+        None::<&SliceSource<Vec<u8>>>,
+        &dev,
+        &LoadOptions::default(),
+        &mut |_| {},
+    ))
+    .unwrap();
+    let d = &model.decoder;
+    let mut cache = d.new_cache();
+    let h = d.forward(&[2, 105, 2364, 107], &[], &mut cache).unwrap();
+    let id = |t: burn::tensor::Tensor<1, burn::tensor::Int>| {
+        pollster::block_on(t.into_data_async())
+            .unwrap()
+            .to_vec::<u32>()
+            .unwrap()[0]
+    };
+    let logits =
+        pollster::block_on(rexvqa_engine::model::nn::read_f32(d.logits(h.clone()))).unwrap();
+    let vocab = d.cfg.vocab;
+    let want = argmax(&logits[logits.len() - vocab..]) as u32;
+    forms::inject_fault(Form::DeviceArgmax);
+    let broken = id(pollster::block_on(d.next_token(h.clone())).unwrap());
+    forms::disable(Form::DeviceArgmax, "test");
+    let host = id(pollster::block_on(d.next_token(h)).unwrap());
+    forms::clear_faults();
+    forms::reset();
+    assert_eq!(broken, want + 1, "the fault is on the device path");
+    assert_eq!(host, want);
+}
+
+fn gunzip(p: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(p);
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
 /// A model pair's plan is its matrices' types and both head widths.
 #[test]
 fn the_plan_of_a_model_pair_lists_its_matrix_types_and_head_widths() {
-    let gunzip = |p: &str| {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(p);
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
-            .read_to_end(&mut out)
-            .unwrap();
-        out
-    };
     let text = gunzip("../tests/fixtures/models/tiny-q8_0.gguf.gz");
     let mmproj = gunzip("../tests/fixtures/models/tiny-q8_0-mmproj.gguf.gz");
     let h = PairHeaders {
