@@ -177,7 +177,7 @@ fn greedy_decoding_takes_the_host_argmax_when_the_device_argmax_is_off() {
     let id = |t: burn::tensor::Tensor<1, burn::tensor::Int>| {
         pollster::block_on(t.into_data_async())
             .unwrap()
-            .to_vec::<u32>()
+            .try_into_vec::<u32>()
             .unwrap()[0]
     };
     let logits =
