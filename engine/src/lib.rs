@@ -15,6 +15,7 @@ pub mod quiz;
 pub mod rexvqa;
 pub mod rng;
 pub mod score;
+pub mod selftest;
 pub mod session;
 pub mod storage;
 pub mod tokenizer;

@@ -458,8 +458,10 @@ impl<'m> Session<'m> {
         // the id is read back, so it never idles while the host checks for a stop token (a stop
         // wastes that one step). The CPU runs each operation as it is called, where running
         // ahead only adds that wasted step, so there the step follows the check.
-        let run_ahead = crate::device::queues_work(decoder.device());
-        let mut pending = decoder.greedy(h);
+        // Without the device argmax (turned off by the self-test) each id is read back anyway.
+        let run_ahead = crate::device::queues_work(decoder.device())
+            && crate::quant::forms::enabled(crate::quant::forms::Form::DeviceArgmax);
+        let mut pending = decoder.next_token(h).await?;
         let mut out = Vec::new();
         for step in 0..max_new {
             let more = step + 1 < max_new;
@@ -476,7 +478,11 @@ impl<'m> Session<'m> {
             }
             pending = match ahead {
                 Some(a) => a,
-                None => decoder.greedy(decoder.forward_token(pending, &mut cache)),
+                None => {
+                    decoder
+                        .next_token(decoder.forward_token(pending, &mut cache))
+                        .await?
+                }
             };
         }
         Ok(out)

@@ -280,6 +280,62 @@ mod model_in_browser {
         ));
     }
 
+    struct Now;
+
+    impl rexvqa_engine::eval::Clock for Now {
+        fn now_ms(&self) -> f64 {
+            js_sys::Date::now()
+        }
+    }
+
+    /// The self-test in the browser: every check passes on WebGPU, and a fault injected into
+    /// the matmul form the automatic choice takes for decoding is caught, that form turned off
+    /// with the reason, and the tiny model's forward through the next form matches the CPU.
+    #[wasm_bindgen_test]
+    async fn the_selftest_passes_on_webgpu_and_catches_and_avoids_an_injected_fault() {
+        use rexvqa_engine::gguf::GgmlType;
+        use rexvqa_engine::quant::forms;
+        use rexvqa_engine::quant::ops::resolve;
+        use rexvqa_engine::selftest::{self, Plan};
+        let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        // A Q4_K_M MedGemma's matrix types and head widths: what the app checks.
+        let plan = Plan {
+            types: vec![GgmlType::F16, GgmlType::Q4_K, GgmlType::Q6_K],
+            head_dims: selftest::MEDGEMMA_4B_HEAD_DIMS.to_vec(),
+        };
+        let r = selftest::run(&dev, &plan, &Now).await;
+        for c in &r.checks {
+            web_sys_log(&format!(
+                "{} {} {:.2e} <= {:.2e} {:.0} ms {}",
+                c.passed, c.name, c.max_error, c.bound, c.ms, c.detail
+            ));
+        }
+        web_sys_log(&r.verdict());
+        let failed: Vec<&str> = r
+            .checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect();
+        assert!(failed.is_empty(), "{failed:?}");
+        assert!(r.usable && r.disabled.is_empty());
+
+        let before = resolve(&dev, Kernel::Auto, 1);
+        let form = before.form().expect("a GPU resolves to a concrete kernel");
+        forms::inject_fault(form);
+        let r = selftest::run(&dev, &plan, &Now).await;
+        forms::clear_faults();
+        let after = resolve(&dev, Kernel::Auto, 1);
+        forms::reset();
+        web_sys_log(&r.verdict());
+        let off: Vec<_> = r.disabled.iter().map(|d| d.form).collect();
+        assert_eq!(off, [form], "{}", r.verdict());
+        assert_ne!(after, before, "decoding moves to the next form");
+        let fwd = r.checks.iter().find(|c| c.name == "forward.tiny").unwrap();
+        assert!(fwd.passed, "forward after avoiding {form:?}: {fwd:?}");
+        assert!(r.usable, "{}", r.verdict());
+    }
+
     fn web_sys_log(s: &str) {
         wasm_bindgen_test::console_log!("{}", s);
     }

@@ -208,6 +208,12 @@ pub enum Request {
     /// Debug builds only: make the worker panic, to test that the page says so (a release
     /// worker answers with an error instead).
     TestPanic,
+    /// Debug builds only: make one kernel form give wrong results and forget the kept self-test
+    /// verdicts, to test that the next WebGPU load's self-test catches it and avoids the form.
+    TestInjectFault {
+        /// The form's snake-case name (`naive`, `gemv`, `fused_attention`, …).
+        form: String,
+    },
     /// Debug builds only: cap run journals at this many bytes (None: no cap), to test a
     /// journal write refused for lack of space.
     TestJournalCap {
@@ -292,6 +298,7 @@ impl Request {
             Request::QuizReport { .. } => "QuizReport",
             Request::ReaderStudy { .. } => "ReaderStudy",
             Request::TestPanic => "TestPanic",
+            Request::TestInjectFault { .. } => "TestInjectFault",
             Request::TestJournalCap { .. } => "TestJournalCap",
             Request::TestLoseDevice => "TestLoseDevice",
             Request::MergeShards { .. } => "MergeShards",

@@ -104,6 +104,9 @@ pub struct ModelCard {
     pub compute: String,
     /// (label, SHA-256 hex) of each file.
     pub sha256: Vec<(String, String)>,
+    /// The WebGPU self-test's verdict in words (none on the CPU).
+    #[serde(default)]
+    pub selftest: Option<String>,
 }
 
 /// Where the model runs.

@@ -250,9 +250,10 @@ impl Engine {
     }
 
     /// Debug builds: `window.rexvqaTestPanic()` makes the worker panic,
-    /// `window.rexvqaTestJournalCap(bytes | null)` caps run journals and
-    /// `window.rexvqaTestLoseDevice()` destroys the WebGPU device, so the end-to-end tests can
-    /// check what the page does then.
+    /// `window.rexvqaTestJournalCap(bytes | null)` caps run journals,
+    /// `window.rexvqaTestLoseDevice()` destroys the WebGPU device, and
+    /// `window.rexvqaInjectFault(form)` breaks one kernel form (the next WebGPU load's self-test
+    /// must catch it), so the end-to-end tests can check what the page does then.
     #[cfg(debug_assertions)]
     fn install_test_hooks(&self) {
         let engine = *self;
@@ -275,6 +276,15 @@ impl Engine {
             let _ = Reflect::set(&w, &"rexvqaTestLoseDevice".into(), lose.as_ref());
         }
         lose.forget();
+        let fault = Closure::<dyn Fn(JsValue)>::new(move |form: JsValue| {
+            engine.send(&Request::TestInjectFault {
+                form: form.as_string().unwrap_or_default(),
+            })
+        });
+        if let Some(w) = web_sys::window() {
+            let _ = Reflect::set(&w, &"rexvqaInjectFault".into(), fault.as_ref());
+        }
+        fault.forget();
     }
 
     /// The worker panicked: it is stopped, every busy control is put back to rest, and the page

@@ -156,6 +156,7 @@ pub fn ModelPanel() -> impl IntoView {
                         <dt>"Decoder"</dt><dd>{format!("{} layers, width {}, vocabulary {}", c.layers, c.hidden, c.vocab)}</dd>
                         <dt>"Vision"</dt><dd>{if c.vision { "yes" } else { "no (text only)" }}</dd>
                         <dt>"Runs on"</dt><dd data-testid="model-compute">{c.compute.clone()}</dd>
+                        {c.selftest.clone().map(|v| view! { <dt>"Self-test"</dt><dd data-testid="model-selftest">{v}</dd> })}
                         <dt>"Load time"</dt><dd>{format!("{:.1} s", c.load_s)}</dd>
                         <dt>"Memory"</dt><dd data-testid="memory"
                             data-wasm-bytes=move || engine.memory.get().map(|m| m.wasm_bytes.to_string())

@@ -12,6 +12,7 @@ mod model;
 mod quiz;
 mod reply;
 mod runs;
+mod selftest;
 mod state;
 mod storage;
 
@@ -123,6 +124,7 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), St
         } => quiz::report(out, &split, &results, export)?,
         Request::ReaderStudy { split, files } => out.post(quiz::reader_study(&split, &files)?),
         Request::TestPanic => test_panic()?,
+        Request::TestInjectFault { form } => selftest::inject_fault(&form).await?,
         Request::TestJournalCap { bytes } => {
             if !cfg!(debug_assertions) {
                 return Err("test hooks exist only in debug builds".into());

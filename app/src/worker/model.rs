@@ -211,7 +211,18 @@ pub async fn load_stored(
             storage::stored_sha256(out, &dir, m, src).await?,
         ));
     }
-    let (device, compute) = choose_device().await?;
+    let (mut device, mut compute) = choose_device().await?;
+    // On WebGPU, the self-test first (or its kept verdict): forms that failed are turned off,
+    // and a device that cannot run the model at all sends it to the CPU, saying why.
+    let mut selftest = None;
+    if device::queues_work(&device) {
+        let v = super::selftest::verdict(out, &device, &headers).await?;
+        if let Some(why) = &v.report.unusable_reason {
+            compute = format!("CPU (WebAssembly): WebGPU failed its self-test ({why})");
+            device = device::cpu();
+        }
+        selftest = Some(v.text());
+    }
     if !device::queues_work(&device) {
         // wasm32 ends at 4 GiB: refuse a pair that cannot fit before allocating any of it.
         Footprint::cpu(&headers.text, headers.mmproj.as_ref())
@@ -261,6 +272,7 @@ pub async fn load_stored(
         load_s: (now_ms() - t0) / 1000.0,
         compute,
         sha256: sha256.clone(),
+        selftest,
     };
     state::with(|s| {
         s.loaded = Some(Loaded {

@@ -196,6 +196,27 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Check every kernel form the automatic choice may use on the device against the CPU
+    /// reference, and a tiny model's forward against the CPU; exits non-zero when a check fails.
+    Selftest {
+        /// cpu (burn-flex) or wgpu (Vulkan/Metal/DX12).
+        #[arg(long, default_value = "wgpu", value_parser = parse_backend)]
+        backend: BackendKind,
+        /// Check the weight types and head widths of this text GGUF (default: every supported
+        /// type and MedGemma 4B's head widths).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// The model's mmproj GGUF (adds the vision tower's types and head width).
+        #[arg(long, requires = "model")]
+        mmproj: Option<PathBuf>,
+        /// Print a JSON array with one entry per check (`name`, `max_error`, `bound`, `passed`,
+        /// `detail`); the verdict goes to stderr.
+        #[arg(long)]
+        json: bool,
+        /// Tests only: make one form give wrong results (e.g. gemv_subgroup, naive).
+        #[arg(long, hide = true)]
+        inject_fault: Option<String>,
+    },
     /// Write a synthetic MedGemma-4B-shaped GGUF pair (random weights, real shapes, Q4_K_M mix,
     /// F16 mmproj) for memory and speed measurements; ~3.4 GB.
     SynthModel {
@@ -682,6 +703,19 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             print_json(&json, out.as_deref())?;
         }
+        Command::Selftest {
+            backend,
+            model,
+            mmproj,
+            json,
+            inject_fault,
+        } => selftest(
+            backend,
+            model.as_deref(),
+            mmproj.as_deref(),
+            json,
+            inject_fault,
+        )?,
         Command::BenchKernels {
             backend,
             rows,
@@ -959,6 +993,66 @@ fn unpack(out: &Path, split: Option<&Path>, parts: &[PathBuf]) -> Result<(), Str
             String::new()
         }
     );
+    Ok(())
+}
+
+/// `rexvqa selftest`: runs the device self-test and prints its checks.
+fn selftest(
+    backend: BackendKind,
+    model: Option<&Path>,
+    mmproj: Option<&Path>,
+    json: bool,
+    inject_fault: Option<String>,
+) -> Result<(), String> {
+    use rexvqa_engine::quant::forms::{self, Form};
+    use rexvqa_engine::selftest::{self, Plan};
+    if let Some(name) = inject_fault {
+        let form: Form = serde_json::from_value(serde_json::Value::String(name.clone()))
+            .map_err(|_| format!("--inject-fault {name:?}: not a form name"))?;
+        forms::inject_fault(form);
+    }
+    let header = |p: &Path| -> Result<Gguf, String> {
+        let mut src = FileSource::open(p).map_err(|e| err(p, e))?;
+        Gguf::read(&mut src).map_err(|e| err(p, e))
+    };
+    let plan = match model {
+        Some(m) => Plan::from_headers(&rexvqa_engine::pair::PairHeaders {
+            text: header(m)?,
+            mmproj: mmproj.map(header).transpose()?,
+        })
+        .map_err(|e| err(m, e))?,
+        None => Plan::default(),
+    };
+    let dev = device::open(backend).map_err(|e| e.to_string())?;
+    let report = pollster::block_on(selftest::run(&dev, &plan, &Wall(Instant::now())));
+    if json {
+        let checks: Vec<serde_json::Value> =
+            report.checks.iter().map(selftest::check_json).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&checks).map_err(|e| e.to_string())?
+        );
+    } else {
+        for c in &report.checks {
+            println!(
+                "{:4} {:24} max error {:9.2e}  bound {:9.2e} {:7.0} ms  {}",
+                if c.passed { "ok" } else { "FAIL" },
+                c.name,
+                c.max_error,
+                c.bound,
+                c.ms,
+                c.detail
+            );
+        }
+    }
+    eprintln!("{} ({:.0} ms)", report.verdict(), report.elapsed_ms);
+    let failed = report.checks.iter().filter(|c| !c.passed).count();
+    if failed > 0 {
+        return Err(format!(
+            "{failed} of {} self-test checks failed",
+            report.checks.len()
+        ));
+    }
     Ok(())
 }
 

@@ -15,6 +15,7 @@ use super::names::{self, Block, blk};
 use super::nn::{apply_rope, gelu_tanh, rms_norm, rope_tables};
 use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
+use crate::quant::forms::{self, Form};
 use crate::quant::ops::QMatrix;
 use crate::tokenizer::ids;
 
@@ -501,10 +502,33 @@ impl Decoder {
     pub fn greedy(&self, hidden: Tensor<2>) -> Tensor<1, Int> {
         let t = hidden.dims()[0];
         let last = hidden.slice([t - 1..t, 0..self.cfg.hidden]);
-        self.logits(last)
+        let id = self
+            .logits(last)
             .argmax(1)
             .reshape([1])
-            .cast(burn::tensor::IntDType::U32)
+            .cast(burn::tensor::IntDType::U32);
+        // A test fault makes the device argmax pick the next id.
+        match forms::faulty(Form::DeviceArgmax) {
+            true => id.add_scalar(1),
+            false => id,
+        }
+    }
+
+    /// The next token after the last position of `hidden`, as [`Decoder::greedy`] but through
+    /// the host's argmax (reading the logits back) when the self-test turned the device argmax
+    /// off; `[1]` u32 on the device either way.
+    pub async fn next_token(&self, hidden: Tensor<2>) -> Result<Tensor<1, Int>, ModelError> {
+        if forms::enabled(Form::DeviceArgmax) {
+            return Ok(self.greedy(hidden));
+        }
+        let t = hidden.dims()[0];
+        let last = hidden.slice([t - 1..t, 0..self.cfg.hidden]);
+        let logits = super::nn::read_f32(self.logits(last)).await?;
+        let id = crate::session::argmax(&logits) as u32;
+        Ok(Tensor::<1, Int>::from_data(
+            TensorData::new(vec![id], [1]),
+            (&self.device, burn::tensor::DType::U32),
+        ))
     }
 
     /// Logits of chosen tokens only, computing just those head rows: `[t, hidden] → [t, ids]`.

@@ -19,6 +19,8 @@ use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
+use crate::quant::forms::{self, Form};
+
 /// Query rows per workgroup.
 const WORKGROUP: u32 = 64;
 
@@ -219,8 +221,11 @@ pub const MAX_HEAD_DIM: usize = 128;
 
 /// Whether attention with head size `d` on this device takes the fused kernel (GPU) or the
 /// blocked path (CPU, or heads wider than [`MAX_HEAD_DIM`]).
+/// Also false once the device self-test turned the kernel off.
 pub fn is_supported(device: &burn::tensor::Device, d: usize) -> bool {
-    d <= MAX_HEAD_DIM && *device != burn::tensor::Device::flex()
+    d <= MAX_HEAD_DIM
+        && *device != burn::tensor::Device::flex()
+        && forms::enabled(Form::FusedAttention)
 }
 
 /// Fused attention: `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, additive `mask [t, s]`.
@@ -235,7 +240,7 @@ pub fn attention(
     let has_mask = mask.is_some();
     // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.
     let mask = mask.map_or_else(|| q.clone().into_dispatch(), |m| m.into_dispatch());
-    BurnTensor::<3>::from_dispatch(<Dispatch as AttentionOps>::fused_attention(
+    let out = BurnTensor::<3>::from_dispatch(<Dispatch as AttentionOps>::fused_attention(
         q.into_dispatch(),
         k.into_dispatch(),
         v.into_dispatch(),
@@ -243,5 +248,6 @@ pub fn attention(
         has_mask,
         groups,
         scale,
-    ))
+    ));
+    forms::perturb(Form::FusedAttention, out)
 }

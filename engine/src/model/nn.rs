@@ -23,8 +23,13 @@ pub fn layer_norm(x: Tensor<2>, w: &Tensor<1>, b: &Tensor<1>, eps: f32) -> Tenso
 /// GELU with the tanh approximation (PyTorch `gelu(approximate="tanh")`, `gelu_pytorch_tanh`).
 pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    // tanh is ±1 in f32 beyond |9.02|, so clamping first changes no result; SwiftShader's tanh
+    // returns NaN past ~44 (exp overflow), which FFN gate values above ~9.5 reach (found by the
+    // device self-test's tiny forward: NaN from the first FFN, 2026-11-24).
+    const TANH_SATURATED: f32 = 10.0;
     let inner =
         (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
+    let inner = inner.clamp(-TANH_SATURATED, TANH_SATURATED);
     x.clone().mul_scalar(0.5) * (inner.tanh().add_scalar(1.0))
 }
 

@@ -55,6 +55,104 @@ pub(crate) fn worst_error(
     worst
 }
 
+/// A check's worst element, for the self-test report: its absolute error and the bound that
+/// element is allowed (the element whose error is the largest fraction of its own bound).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    /// Absolute error at the worst element (infinite for a NaN).
+    pub max_error: f64,
+    /// The bound at that element.
+    pub bound: f64,
+    /// Where, expected and got (empty when exact).
+    pub detail: String,
+}
+
+impl Measured {
+    /// Whether the error is within the bound.
+    pub fn passed(&self) -> bool {
+        self.max_error <= self.bound
+    }
+}
+
+/// `x [m, k] · Wᵀ` with `kernel` and `half` against the f64 products, for random blocks of
+/// `ty` (`n` rows in one chunk) on `device`.
+#[allow(clippy::too_many_arguments)]
+pub async fn matmul_error(
+    device: &Device,
+    kernel: Kernel,
+    half: Half,
+    ty: GgmlType,
+    m: usize,
+    n: usize,
+    k: usize,
+    seed: u64,
+) -> Result<Measured, String> {
+    let bytes = random_blocks(ty, n * k, seed);
+    let w = dequantize_vec(ty, &bytes, n * k).map_err(|e| e.to_string())?;
+    let mut rng = SplitMix64::new(seed ^ 0x5eed);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
+    let q = QMatrix::upload(ty, &bytes, n, k, device, usize::MAX / 2).map_err(|e| e.to_string())?;
+    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
+    let got = read(q.matmul_variant(xt, kernel, half)).await?;
+    if got.len() != m * n {
+        return Err(format!("got {} outputs, expected {}", got.len(), m * n));
+    }
+    let (ratio, i, r, exact) = worst_error(&x, &w, &got, m, n, k);
+    let abs: f64 = (0..k)
+        .map(|j| (f64::from(x[i * k + j]) * f64::from(w[r * k + j])).abs())
+        .sum();
+    let g = got[i * n + r];
+    let err = (f64::from(g) - exact).abs();
+    Ok(Measured {
+        max_error: if ratio.is_finite() {
+            err
+        } else {
+            f64::INFINITY
+        },
+        bound: bound(k, abs),
+        detail: if ratio > 0.0 {
+            format!("m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}")
+        } else {
+            String::new()
+        },
+    })
+}
+
+/// Rows gathered with ids on the device against the CPU dequantisation (bound 0: a gather
+/// must be exact), for random blocks of `ty` (`n` rows of `k`).
+pub async fn gather_error(
+    device: &Device,
+    half: Half,
+    ty: GgmlType,
+    n: usize,
+    k: usize,
+    seed: u64,
+) -> Result<Measured, String> {
+    let bytes = random_blocks(ty, n * k, seed);
+    let w = dequantize_vec(ty, &bytes, n * k).map_err(|e| e.to_string())?;
+    let q = QMatrix::upload(ty, &bytes, n, k, device, usize::MAX / 2).map_err(|e| e.to_string())?;
+    // Out of order and repeated, first and last rows included.
+    let ids: Vec<u32> = [n - 1, 0, n / 2, n - 1].iter().map(|&i| i as u32).collect();
+    let rows = read(q.gather_with(u32_tensor(ids.clone(), device), half)).await?;
+    let mut worst = Measured {
+        max_error: 0.0,
+        bound: 0.0,
+        detail: String::new(),
+    };
+    for (t, &id) in ids.iter().enumerate() {
+        for c in 0..k {
+            let (want, got) = (w[id as usize * k + c], rows.get(t * k + c).copied());
+            let err = got.map_or(f64::INFINITY, |g| f64::from(g - want).abs());
+            let err = if err.is_nan() { f64::INFINITY } else { err };
+            if err > worst.max_error {
+                worst.max_error = err;
+                worst.detail = format!("row {id} [{c}]: expected {want} got {got:?}");
+            }
+        }
+    }
+    Ok(worst)
+}
+
 async fn read(t: Tensor<2>) -> Result<Vec<f32>, String> {
     t.into_data_async()
         .await

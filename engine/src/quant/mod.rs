@@ -11,6 +11,7 @@ use crate::gguf::GgmlType;
 #[doc(hidden)]
 pub mod conformance;
 pub mod dot;
+pub mod forms;
 pub mod kernels;
 pub mod ops;
 pub mod pack;
@@ -198,7 +199,7 @@ fn q6_k(b: &[u8], y: &mut [f32]) {
 mod tests;
 
 /// Byte offsets of the f16 scale fields inside one block of `ty`.
-fn f16_fields(ty: GgmlType) -> &'static [usize] {
+pub(crate) fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],

@@ -11,6 +11,7 @@ use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::em
 
 use super::QuantError;
 use super::dot::{Activations, dot_rows};
+use super::forms::{self, Form};
 use super::kernels::{
     GEMV_ROWS, GEMV_THREADS, TILE, TILE_THREADS, qgather_kernel, qgemv_kernel, qmatmul_kernel,
     qmatmul_tiled_kernel, ty,
@@ -24,7 +25,7 @@ use crate::gguf::GgmlType;
 pub enum Kernel {
     /// Chosen from the shape and the adapter: for up to [`GEMV_MAX_M`] input rows
     /// [`Kernel::Gemv`] (its subgroup form where the adapter has subgroups; [`Kernel::Naive`] on
-    /// software adapters), [`Kernel::Tiled`] above.
+    /// software adapters), [`Kernel::Tiled`] above; a form the self-test turned off is skipped.
     Auto,
     /// One invocation per output, looping over the whole row: the simplest form, kept as the
     /// baseline the others are measured and checked against.
@@ -56,6 +57,17 @@ impl Kernel {
         ][id as usize]
     }
 
+    /// The self-test form this kernel is ([`Kernel::Auto`] is none).
+    pub fn form(self) -> Option<Form> {
+        match self {
+            Kernel::Auto => None,
+            Kernel::Naive => Some(Form::Naive),
+            Kernel::Gemv => Some(Form::Gemv),
+            Kernel::GemvSubgroup => Some(Form::GemvSubgroup),
+            Kernel::Tiled => Some(Form::Tiled),
+        }
+    }
+
     /// The explicit kernels `device` can run (the subgroup form only where the adapter has
     /// subgroups); the CPU has one path and lists [`Kernel::Auto`] only.
     pub fn available(device: &Device) -> Vec<Kernel> {
@@ -69,6 +81,43 @@ impl Kernel {
                 Kernel::Tiled,
             ],
         }
+    }
+}
+
+/// The kernel [`Kernel::Auto`] runs for `m` input rows on a device with `props`: the first in
+/// its order of preference the adapter offers and the self-test has not turned off
+/// ([`forms`]). A software adapter (lavapipe, SwiftShader) runs invocations as SIMD lanes of
+/// CPU threads, where the naive loop beats a workgroup reduction 2–3.5× (bench, Gemma 3 270M
+/// on lavapipe); on a GPU one workgroup per row reads the weights coalesced instead. Every
+/// kernel takes every shape, so each list ends with all the others; if all are turned off the
+/// first is used (the self-test then reports the device unusable and the model runs on the CPU).
+fn auto_kernel(props: &cubecl::ir::DeviceProperties, m: usize) -> Kernel {
+    use Kernel::*;
+    let software = props.identity.physical.is_none();
+    let order: &[Kernel] = match (m <= GEMV_MAX_M, software) {
+        (true, true) => &[Naive, Gemv, GemvSubgroup, Tiled],
+        (true, false) => &[GemvSubgroup, Gemv, Naive, Tiled],
+        (false, _) => &[Tiled, Naive, Gemv, GemvSubgroup],
+    };
+    let plane = plane_ops(props);
+    let offered = |k: &&Kernel| **k != GemvSubgroup || plane;
+    order
+        .iter()
+        .filter(offered)
+        .find(|k| k.form().is_none_or(forms::enabled))
+        .or_else(|| order.iter().find(offered))
+        .copied()
+        .unwrap_or(Naive)
+}
+
+/// The concrete kernel `kernel` stands for on `device` for `m` input rows ([`Kernel::Auto`]
+/// resolved; the CPU keeps [`Kernel::Auto`], its one path).
+pub fn resolve(device: &Device, kernel: Kernel, m: usize) -> Kernel {
+    match (kernel, device.as_dispatch()) {
+        (Kernel::Auto, burn::backend::DispatchDevice::Cube(d)) => {
+            auto_kernel(d.client().properties(), m)
+        }
+        _ => kernel,
     }
 }
 
@@ -156,9 +205,10 @@ fn f16_type(props: &cubecl::ir::DeviceProperties) -> bool {
 /// [`Half::Auto`] uses the native form there.
 static NATIVE_HALF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
-/// Whether [`Half::Auto`] widens f16 natively on GPU devices (false until probed).
+/// Whether [`Half::Auto`] widens f16 natively on GPU devices (false until probed, and false
+/// once the self-test turned the native form off).
 pub fn native_half_in_use() -> bool {
-    NATIVE_HALF.get().copied().unwrap_or(false)
+    NATIVE_HALF.get().copied().unwrap_or(false) && forms::enabled(Form::NativeHalf)
 }
 
 /// Widens every finite f16 value with the native kernels and compares the bits with the CPU's
@@ -423,15 +473,8 @@ impl QuantOps for CubeBackend {
         let plane = plane_ops(client.properties());
         let native = native_half(client.properties(), half);
         let (wh, h_elem) = half_view(&w, native);
-        // A software adapter (lavapipe, SwiftShader) runs invocations as SIMD lanes of CPU
-        // threads, where the naive loop beats a workgroup reduction 2–3.5× (bench, Gemma 3 270M
-        // on lavapipe); on a GPU one workgroup per row reads the weights coalesced instead.
-        let software = client.properties().identity.physical.is_none();
         let kernel = match Kernel::from_id(kernel) {
-            Kernel::Auto if m <= GEMV_MAX_M && software => Kernel::Naive,
-            Kernel::Auto if m <= GEMV_MAX_M && plane => Kernel::GemvSubgroup,
-            Kernel::Auto if m <= GEMV_MAX_M => Kernel::Gemv,
-            Kernel::Auto => Kernel::Tiled,
+            Kernel::Auto => auto_kernel(client.properties(), m),
             Kernel::GemvSubgroup if !plane => {
                 panic!("the subgroup kernel needs an adapter with subgroups (Kernel::available)")
             }
@@ -673,6 +716,10 @@ impl QMatrix {
 
     /// [`QMatrix::matmul`] with a chosen device kernel and f16 form.
     pub fn matmul_variant(&self, x: Tensor<2>, kernel: Kernel, half: Half) -> Tensor<2> {
+        // Resolved here rather than in the backend so an injected test fault can follow the
+        // automatic choice to the form it picked.
+        let x_device = x.device();
+        let kernel = resolve(&x_device, kernel, x.dims()[0]);
         let outs: Vec<Tensor<2>> = self
             .chunks
             .iter()
@@ -688,10 +735,24 @@ impl QMatrix {
                 ))
             })
             .collect();
-        if outs.len() == 1 {
+        let out = if outs.len() == 1 {
             outs.into_iter().next().expect("one chunk")
         } else {
             Tensor::cat(outs, 1)
+        };
+        let out = match kernel.form() {
+            Some(form) => forms::perturb(form, out),
+            None => out,
+        };
+        let native = match half {
+            Half::Native => true,
+            Half::Auto => shader_f16(&x_device) == Some(true) && native_half_in_use(),
+            Half::Integer => false,
+        };
+        if native {
+            forms::perturb(Form::NativeHalf, out)
+        } else {
+            out
         }
     }
 

@@ -1,106 +1,17 @@
 //! The fused attention kernel's conformance check, shared by the native wgpu test
-//! (qkernels.rs) and the WebGPU test (web.rs): the kernel against an f64 evaluation of the
-//! same random inputs.
+//! (qkernels.rs) and the WebGPU test (web.rs); it lives in the engine (the self-test uses it).
 
-use burn::tensor::Tensor;
-use rexvqa_engine::model::fused;
-use rexvqa_engine::model::nn::read_f32;
+pub use rexvqa_engine::selftest::attention::{CASES, TOLERANCE};
+use rexvqa_engine::selftest::attention::{Path, Shape};
 
-/// `(heads, groups, t, s, d)`: query heads, query heads per KV head, queries, keys, head size.
-pub type Shape = (usize, usize, usize, usize, usize);
-
-/// Conformance cases, with a window: SigLIP's head size (d 72, several workgroups), grouped
-/// query heads with a sliding window, one decode row, the widest head taken, a key count that
-/// is not a multiple of the tile, and the vision tower's 4096 keys (long loops).
-pub const CASES: [(Shape, Option<usize>); 6] = [
-    ((2, 1, 300, 300, 72), None),
-    ((4, 2, 70, 100, 32), Some(40)),
-    ((8, 2, 1, 97, 128), Some(1000)),
-    ((2, 2, 33, 33, 128), Some(33)),
-    ((3, 1, 65, 130, 48), None),
-    ((1, 1, 130, 4096, 48), None),
-];
-
-/// Largest accepted difference from the f64 evaluation: f32 dot products of ≤128 terms and
-/// ≤300-term weighted sums of values in [-1, 1] stay well inside it.
-pub const TOLERANCE: f64 = 2e-6;
-
-/// A shared conformance check (native wgpu and WebGPU tests): fused attention on `device`
-/// against an f64 evaluation of the same inputs, optionally with a causal sliding-window mask
-/// of width `window`. Returns the largest absolute difference.
+/// The fused kernel on `device` against an f64 evaluation (see
+/// [`rexvqa_engine::selftest::attention::max_error_vs_f64`]).
 pub async fn max_error_vs_f64(
     device: &burn::tensor::Device,
-    (heads, groups, t, s, d): Shape,
+    shape: Shape,
     window: Option<usize>,
     seed: u64,
 ) -> Result<f64, rexvqa_engine::model::ModelError> {
-    use burn::tensor::TensorData;
-    let mut rng = rexvqa_engine::rng::SplitMix64::new(seed);
-    let mut fill = |n: usize| -> Vec<f32> { (0..n).map(|_| 2.0 * rng.unit_f32() - 1.0).collect() };
-    let kv = heads / groups;
-    let (q, k, v) = (fill(heads * t * d), fill(kv * s * d), fill(kv * s * d));
-    // Queries sit at the last t of s positions, as in a prefill after cached tokens.
-    let visible = |i: usize, j: usize| match window {
-        Some(w) => j <= i + (s - t) && j + w > i + (s - t),
-        None => true,
-    };
-    let mask: Vec<f32> = (0..t * s)
-        .map(|x| {
-            if visible(x / s, x % s) {
-                0.0
-            } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect();
-    // Scores of a few units, like real attention after the query/key norms.
-    let scale = 3.0 / (d as f32).sqrt();
-    let tensor = |x: &[f32], shape: [usize; 3]| {
-        Tensor::<3>::from_data(TensorData::new(x.to_vec(), shape), device)
-    };
-    let out = fused::attention(
-        tensor(&q, [heads, t, d]),
-        tensor(&k, [kv, s, d]),
-        tensor(&v, [kv, s, d]),
-        window.map(|_| Tensor::<2>::from_data(TensorData::new(mask.clone(), [t, s]), device)),
-        groups,
-        scale,
-    );
-    let got = read_f32(out).await?;
-    let mut worst = 0f64;
-    for h in 0..heads {
-        let g = h / groups;
-        for i in 0..t {
-            let qi = &q[(h * t + i) * d..(h * t + i + 1) * d];
-            let scores: Vec<Option<f64>> = (0..s)
-                .map(|j| {
-                    visible(i, j).then(|| {
-                        let kj = &k[(g * s + j) * d..(g * s + j + 1) * d];
-                        qi.iter()
-                            .zip(kj)
-                            .map(|(&a, &b)| a as f64 * b as f64)
-                            .sum::<f64>()
-                            * scale as f64
-                    })
-                })
-                .collect();
-            let max = scores
-                .iter()
-                .flatten()
-                .fold(f64::NEG_INFINITY, |a, &b| a.max(b));
-            let weights: Vec<f64> = scores
-                .iter()
-                .map(|x| x.map_or(0.0, |x| (x - max).exp()))
-                .collect();
-            let total: f64 = weights.iter().sum();
-            for c in 0..d {
-                let want: f64 = (0..s)
-                    .map(|j| weights[j] * v[(g * s + j) * d + c] as f64)
-                    .sum::<f64>()
-                    / total;
-                worst = worst.max((got[(h * t + i) * d + c] as f64 - want).abs());
-            }
-        }
-    }
-    Ok(worst)
+    rexvqa_engine::selftest::attention::max_error_vs_f64(device, shape, window, seed, Path::Fused)
+        .await
 }

@@ -1,0 +1,149 @@
+//! The device self-test before a model loads on WebGPU: run once per adapter, browser and
+//! model plan, its verdict kept in browser storage (OPFS) and re-applied on later loads without
+//! running again. A form that failed is turned off for the automatic choices; a device that
+//! cannot run the model at all sends the load to the CPU, with the reason on the model card.
+
+use std::collections::BTreeMap;
+
+use js_sys::Reflect;
+use rexvqa_engine::device::{self, Device};
+use rexvqa_engine::pair::PairHeaders;
+use rexvqa_engine::quant::forms;
+use rexvqa_engine::selftest::{self, Plan, Report};
+
+use super::reply::Replies;
+use super::state::PerfClock;
+use crate::io;
+use crate::protocol::Event;
+
+/// OPFS folder and file of the kept verdicts.
+const DIR: &str = "selftest";
+const FILE: &str = "verdicts.json";
+
+/// A self-test verdict for one load.
+pub struct Verdict {
+    /// The report (run now or kept from an earlier run).
+    pub report: Report,
+    /// Whether it was kept from an earlier run.
+    pub cached: bool,
+}
+
+impl Verdict {
+    /// The model card's line.
+    pub fn text(&self) -> String {
+        let v = self.report.verdict();
+        if self.cached {
+            format!("{v} (verdict kept from an earlier run on this adapter and browser)")
+        } else {
+            v
+        }
+    }
+}
+
+/// The browser's user agent (its version is part of the cache key: a browser update can
+/// change the shader compiler).
+fn user_agent() -> String {
+    Reflect::get(&js_sys::global(), &"navigator".into())
+        .and_then(|n| Reflect::get(&n, &"userAgent".into()))
+        .ok()
+        .and_then(|v| v.as_string())
+        .unwrap_or_default()
+}
+
+/// The adapter's name: the device's, or where the browser gives the device none (WebGPU in
+/// Chromium), the vendor and architecture the page's probe read.
+fn adapter_name(device: &Device) -> String {
+    match device::adapter(device).map(|a| a.name) {
+        Some(n) if !n.is_empty() => n,
+        _ => super::state::with(|s| match &s.probe {
+            super::state::Probe::Found(a) => a.name.clone(),
+            _ => "an unnamed WebGPU adapter".into(),
+        }),
+    }
+}
+
+/// What a verdict holds for: adapter, browser, and the weight types and head widths checked.
+fn key(adapter: &str, plan: &Plan) -> String {
+    format!(
+        "{adapter} | {} | {:?} | {:?}",
+        user_agent(),
+        plan.types,
+        plan.head_dims
+    )
+}
+
+async fn kept() -> BTreeMap<String, Report> {
+    let text = async {
+        io::opfs_root()
+            .await?
+            .dir(DIR, true)
+            .await?
+            .read_text(FILE)
+            .await
+    };
+    // A missing or unreadable file means no verdict is kept: the test runs again.
+    text.await
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+async fn keep(all: &BTreeMap<String, Report>) -> Result<(), String> {
+    let text = serde_json::to_string(all).map_err(|e| e.to_string())?;
+    let dir = io::opfs_root().await?.dir(DIR, true).await?;
+    dir.write_text(FILE, &text)
+        .await
+        .map_err(|e| format!("keeping the self-test verdict: {}", String::from(e)))
+}
+
+/// The self-test verdict for `device` and the pair of `headers`: the kept one (its turned-off
+/// forms applied again) or a new run (kept for next time).
+pub async fn verdict(
+    out: Replies,
+    device: &Device,
+    headers: &PairHeaders,
+) -> Result<Verdict, String> {
+    let plan = Plan::from_headers(headers).map_err(|e| e.to_string())?;
+    let adapter = adapter_name(device);
+    let key = key(&adapter, &plan);
+    let mut all = kept().await;
+    if let Some(report) = all.get(&key) {
+        forms::reset();
+        forms::apply(&report.disabled);
+        return Ok(Verdict {
+            report: report.clone(),
+            cached: true,
+        });
+    }
+    out.post(Event::Loading {
+        done: 0,
+        total: 1,
+        tensor: "device self-test".into(),
+    });
+    let mut report = selftest::run(device, &plan, &PerfClock).await;
+    if let Some(a) = report.adapter.as_mut() {
+        a.name = adapter;
+    }
+    all.insert(key, report.clone());
+    // Not kept is not fatal: the test runs again next time.
+    let _ = keep(&all).await;
+    Ok(Verdict {
+        report,
+        cached: false,
+    })
+}
+
+/// Debug builds: makes `form` (its snake-case name, e.g. `naive`) give wrong results and forgets
+/// the kept verdicts, so the next load runs the self-test again and must catch it.
+pub async fn inject_fault(form: &str) -> Result<(), String> {
+    if !cfg!(debug_assertions) {
+        return Err("test hooks exist only in debug builds".into());
+    }
+    let f: forms::Form = serde_json::from_value(serde_json::Value::String(form.into()))
+        .map_err(|_| format!("{form:?} is not a kernel form"))?;
+    forms::inject_fault(f);
+    if let Ok(dir) = io::opfs_root().await?.dir(DIR, true).await {
+        let _ = dir.remove(FILE).await;
+    }
+    Ok(())
+}

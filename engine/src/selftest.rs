@@ -1,0 +1,575 @@
+//! The device self-test: on the opened device, every kernel form an automatic choice may take,
+//! against the CPU reference with the conformance bounds, then one forward of a tiny built-in
+//! model against the CPU. A form that fails is turned off ([`crate::quant::forms`]) with the
+//! reason, so the automatic choices take the next form; if what remains cannot run the model
+//! the report says so ([`Report::usable`]) and the caller runs the model on the CPU.
+//!
+//! Why: kernels are checked in CI on lavapipe and SwiftShader only; a driver elsewhere can
+//! miscompile one form (subgroup sums and native f16 are the usual suspects) and would
+//! otherwise give wrong answers without a sign.
+//!
+//! Each [`Check`] reports the element whose error is the largest fraction of its own bound:
+//! `max_error` is that element's absolute error and `bound` the error allowed there (the
+//! Higham bound of its dot product, 0 for exact operations), so `passed` is
+//! `max_error <= bound`.
+//!
+//! Time (measured 2026-11-24 on 2 cores), nearly all of it shader compilation: lavapipe,
+//! release CLI, every supported type (48 checks) 2.0 s with Mesa's shader cache warm, 11 s
+//! without it (tiled matmul 0.65 s per type, the tiny forward 3.3 s); SwiftShader in headless
+//! Chromium, debug wasm, a Q4_K_M MedGemma's plan (17 checks) 36 s on a page's first run and
+//! 5.6–8 s when run again in the same worker. Not measured yet: how much of the model's own
+//! first-use compilation this saves later (the kernels are the same, the shapes differ).
+
+pub mod attention;
+
+use burn::tensor::{Device, Int, Tensor};
+
+use crate::device::Adapter;
+use crate::eval::Clock;
+use crate::gguf::{GgmlType, Gguf, SliceSource};
+use crate::model::ModelError;
+use crate::model::config::TextConfig;
+use crate::model::decoder::Decoder;
+use crate::model::load::Loader;
+use crate::model::{fused, synthetic};
+use crate::pair::PairHeaders;
+use crate::quant::conformance::{Measured, gather_error, matmul_error};
+use crate::quant::forms::{self, Disabled, Form};
+use crate::quant::ops::{GEMV_MAX_M, Half, Kernel};
+
+/// What to check: the weight types and attention head widths of the model to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Weight types of the model's matrices (each gets every kernel form).
+    pub types: Vec<GgmlType>,
+    /// Attention head widths (text decoder and vision tower).
+    pub head_dims: Vec<usize>,
+}
+
+/// MedGemma 4B's head widths: the decoder's `key_length` 256 and SigLIP's 1152 / 16 heads = 72.
+pub const MEDGEMMA_4B_HEAD_DIMS: [usize; 2] = [256, 72];
+
+impl Default for Plan {
+    /// Every supported weight type and MedGemma 4B's head widths (the CLI without a model).
+    fn default() -> Plan {
+        Plan {
+            types: GgmlType::all().filter(|t| t.is_supported()).collect(),
+            head_dims: MEDGEMMA_4B_HEAD_DIMS.to_vec(),
+        }
+    }
+}
+
+impl Plan {
+    /// The weight types of a model pair's matrices and its head widths, from its headers.
+    pub fn from_headers(h: &PairHeaders) -> Result<Plan, ModelError> {
+        let mut types: Vec<GgmlType> = std::iter::once(&h.text)
+            .chain(h.mmproj.as_ref())
+            .flat_map(|g| &g.tensors)
+            .filter(|t| t.dims.len() >= 2 && t.ty.is_supported())
+            .map(|t| t.ty)
+            .collect();
+        types.sort_by_key(|t| t.id());
+        types.dedup();
+        let mut head_dims = vec![TextConfig::from_gguf(&h.text)?.head_dim];
+        if let Some(m) = &h.mmproj {
+            let v = crate::model::config::VisionConfig::from_gguf(m)?;
+            head_dims.push(v.hidden / v.heads.max(1));
+        }
+        head_dims.dedup();
+        Ok(Plan { types, head_dims })
+    }
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Check {
+    /// What was checked (`matmul.gemv_subgroup.q4_k`, `attention.fused.d72`, `forward.tiny`).
+    pub name: String,
+    /// The form it decides on; none for operations every model needs (gathers, blocked
+    /// attention, the forward), whose failure makes the device unusable.
+    pub form: Option<Form>,
+    /// Absolute error at the worst element (see the module doc); `f64::MAX` for a NaN or a
+    /// check that could not run (JSON has no infinity).
+    pub max_error: f64,
+    /// The error allowed at that element.
+    pub bound: f64,
+    /// `max_error <= bound`.
+    pub passed: bool,
+    /// The worst element, or why the check could not run.
+    pub detail: String,
+    /// Wall time of the check, shader compilation included.
+    #[serde(default)]
+    pub ms: f64,
+}
+
+/// The self-test's result.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    /// The adapter tested (none on the CPU).
+    pub adapter: Option<Adapter>,
+    /// Every check, in the order run.
+    pub checks: Vec<Check>,
+    /// Wall time of the whole self-test.
+    pub elapsed_ms: f64,
+    /// Forms turned off, with the check that failed.
+    pub disabled: Vec<Disabled>,
+    /// Whether the model can run on this device with the forms left on.
+    pub usable: bool,
+    /// Why not, when not usable.
+    pub unusable_reason: Option<String>,
+    /// The matmul kernels the automatic choice takes after the verdict.
+    pub using: String,
+}
+
+impl Report {
+    /// Whether every check passed.
+    pub fn all_passed(&self) -> bool {
+        self.checks.iter().all(|c| c.passed)
+    }
+
+    /// One line for a person: all passed and how fast, or what was turned off and what is used
+    /// instead, or why the device cannot be used.
+    pub fn verdict(&self) -> String {
+        let on = match &self.adapter {
+            None => "the CPU".to_string(),
+            // SwiftShader in Chromium reports no name.
+            Some(a) if a.name.is_empty() => "an unnamed WebGPU adapter".to_string(),
+            Some(a) => a.name.clone(),
+        };
+        let secs = self.elapsed_ms / 1000.0;
+        if let Some(why) = &self.unusable_reason {
+            return format!("Self-test failed on {on}: {why}");
+        }
+        if self.disabled.is_empty() {
+            return format!(
+                "Self-test: {} checks passed in {secs:.1} s on {on}",
+                self.checks.len()
+            );
+        }
+        let off: Vec<String> = self
+            .disabled
+            .iter()
+            .map(|d| format!("{} turned off ({})", d.form.label(), d.reason))
+            .collect();
+        format!(
+            "Self-test on {on}: {}; using {} ({} of {} checks passed, {secs:.1} s)",
+            off.join("; "),
+            self.using,
+            self.checks.iter().filter(|c| c.passed).count(),
+            self.checks.len()
+        )
+    }
+}
+
+/// The matmul kernels the automatic choice takes now on `device` ("naive for decoding, tiled
+/// for prefill").
+fn in_use(device: &Device) -> String {
+    use crate::quant::ops::resolve;
+    if !crate::device::queues_work(device) {
+        return "the CPU path".into();
+    }
+    let label = |m| {
+        resolve(device, Kernel::Auto, m)
+            .form()
+            .map_or("?", Form::label)
+    };
+    format!(
+        "{} for decoding, {} for prefill",
+        label(1),
+        label(GEMV_MAX_M + 1)
+    )
+}
+
+/// Row length of the matmul checks: a multiple of every block size (256 for K-quants).
+const K: usize = 256;
+/// Output rows of the matmul checks (prime, so no kernel's tiling divides it).
+const N: usize = 13;
+
+/// Input rows per kernel: the matrix–vector forms at decode-like counts, the tiled form past
+/// one matrix–vector group (the sizes [`Kernel::Auto`] gives each).
+fn rows_for(kernel: Kernel) -> usize {
+    match kernel {
+        Kernel::Tiled => GEMV_MAX_M + 1,
+        _ => 3,
+    }
+}
+
+/// Largest |Δlogit| of the tiny forward as a fraction of the largest |logit| on the CPU.
+/// Measured |Δlogit| 1.8e-6 on lavapipe and 1.1e-6 on SwiftShader with logits up to 3.6
+/// (2026-11-24), i.e. 5e-7 of the largest; the bound is 200× that, for GPUs whose fused
+/// multiply-adds and exp differ more from the CPU's. A broken form (the injected fault) gives
+/// errors of the order of the logits themselves, and NaN always fails.
+pub const FORWARD_TOLERANCE: f64 = 1e-4;
+
+fn check(name: String, form: Option<Form>, m: Result<Measured, String>) -> Check {
+    match m {
+        Ok(m) => Check {
+            name,
+            form,
+            passed: m.passed(),
+            max_error: m.max_error.min(f64::MAX),
+            bound: m.bound,
+            detail: m.detail,
+            ms: 0.0,
+        },
+        Err(e) => Check {
+            name,
+            form,
+            max_error: f64::MAX,
+            bound: 0.0,
+            passed: false,
+            detail: e,
+            ms: 0.0,
+        },
+    }
+}
+
+/// `matmul.gemv.q4_k: error 3.1e-2 > bound 4.0e-6` for a failed check (its detail when it
+/// could not run or gave NaN).
+fn reason(c: &Check) -> String {
+    if c.max_error < f64::MAX {
+        format!(
+            "{}: error {:.1e} > bound {:.1e}",
+            c.name, c.max_error, c.bound
+        )
+    } else {
+        format!("{}: {}", c.name, c.detail)
+    }
+}
+
+/// Runs the self-test on `device` and turns off every form that failed (after turning every
+/// form back on: the verdict is this run's alone). The kernel checks come first and their
+/// verdicts are applied before the tiny forward, so the forward runs the automatic choices as
+/// the model will.
+pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
+    let t0 = clock.now_ms();
+    forms::reset();
+    let mut checks: Vec<Check> = Vec::new();
+    let mut last = t0;
+    // Each check's time is the time since the previous one ended.
+    let mut timed = |checks: &mut Vec<Check>, mut c: Check| {
+        let now = clock.now_ms();
+        c.ms = now - last;
+        last = now;
+        checks.push(c);
+    };
+    let gpu = crate::device::queues_work(device);
+    let kernels = Kernel::available(device);
+    // Every kernel with the integer f16 form (every adapter has it); on the CPU, its one path.
+    let integer = if gpu { Half::Integer } else { Half::Auto };
+    for (i, &ty) in plan.types.iter().enumerate() {
+        let seed = i as u64;
+        for &kernel in &kernels {
+            let m = rows_for(kernel);
+            let name = format!("matmul.{}.{}", snake(kernel), snake_ty(ty));
+            let r = matmul_error(device, kernel, integer, ty, m, N, K, seed).await;
+            timed(&mut checks, check(name, kernel.form(), r));
+        }
+        let r = gather_error(device, Half::Auto, ty, N, K, seed).await;
+        timed(
+            &mut checks,
+            check(format!("gather.{}", snake_ty(ty)), None, r),
+        );
+    }
+    turn_off_failed(&checks);
+    // The native f16 form through the decoding kernel the automatic choice now takes, so a
+    // broken kernel is not blamed on the f16 form.
+    if Half::available(device).contains(&Half::Native) {
+        let kernel = crate::quant::ops::resolve(device, Kernel::Auto, 3);
+        for (i, &ty) in plan.types.iter().enumerate().filter(|(_, t)| has_half(**t)) {
+            let r = matmul_error(device, kernel, Half::Native, ty, 3, N, K, i as u64).await;
+            let name = format!("f16_native.{}", snake_ty(ty));
+            timed(&mut checks, check(name, Some(Form::NativeHalf), r));
+        }
+    }
+    for (i, &d) in plan.head_dims.iter().enumerate() {
+        // Grouped query heads, a sliding window, queries after cached keys, keys past one
+        // workgroup tile (SigLIP's 72 stages 26 keys per tile).
+        let shape = (4, 2, 5, 40, d);
+        let seed = 100 + i as u64;
+        let mut paths = vec![(attention::Path::Blocked, None)];
+        if gpu && d <= fused::MAX_HEAD_DIM {
+            paths.push((attention::Path::Fused, Some(Form::FusedAttention)));
+        }
+        for (path, form) in paths {
+            let r = attention::max_error_vs_f64(device, shape, Some(16), seed, path)
+                .await
+                .map(|e| Measured {
+                    max_error: e,
+                    bound: attention::TOLERANCE,
+                    detail: format!("{shape:?} window 16"),
+                })
+                .map_err(|e| e.to_string());
+            let name = format!("attention.{}.d{d}", format!("{path:?}").to_lowercase());
+            timed(&mut checks, check(name, form, r));
+        }
+    }
+    turn_off_failed(&checks);
+    for c in tiny_forward(device).await {
+        timed(&mut checks, c);
+    }
+    // The argmax is checked with the forward: a failure there is turned off now.
+    turn_off_failed(&checks);
+    // No matmul kernel left is the root cause of everything else failing: said first.
+    let unusable = if gpu && !kernels.iter().any(|k| k.form().is_some_and(forms::enabled)) {
+        Some("every matmul kernel failed".to_string())
+    } else {
+        checks
+            .iter()
+            .find(|c| !c.passed && c.form.is_none())
+            .map(reason)
+    };
+    Report {
+        adapter: crate::device::adapter(device),
+        checks,
+        elapsed_ms: clock.now_ms() - t0,
+        disabled: forms::disabled(),
+        usable: unusable.is_none(),
+        unusable_reason: unusable,
+        using: in_use(device),
+    }
+}
+
+/// Turns off the form of every failed check that has one.
+fn turn_off_failed(checks: &[Check]) {
+    for c in checks.iter().filter(|c| !c.passed) {
+        if let Some(form) = c.form {
+            forms::disable(form, reason(c));
+        }
+    }
+}
+
+/// Whether blocks of `ty` hold f16 numbers (F16 weights, block scales).
+fn has_half(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::F32 | GgmlType::BF16)
+}
+
+fn snake(kernel: Kernel) -> String {
+    serde_json::to_value(kernel)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| format!("{kernel:?}"))
+}
+
+fn snake_ty(ty: GgmlType) -> String {
+    ty.to_string().to_lowercase()
+}
+
+/// The tiny built-in decoder: MedGemma's layer structure (grouped query heads, a sliding and a
+/// global layer, the Q4_K_M type mix) at widths that keep it cheap (about 1 MB of weights).
+fn tiny_config() -> TextConfig {
+    let head_dim = 64;
+    TextConfig {
+        hidden: 256,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim,
+        ffn: 512,
+        eps: 1e-6,
+        rope_base: 1e6,
+        rope_base_swa: 1e4,
+        rope_scale: 8.0,
+        sliding_window: 4,
+        swa_pattern: 2,
+        attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        final_softcap: None,
+        vocab: 300,
+    }
+}
+
+/// The tiny decoder's GGUF bytes: random well-formed weights from a fixed seed, scaled so that
+/// activations stay of order 1 as in a trained model (norm weights near 1; matrix weights near
+/// 1/√width); raw random blocks give matmul outputs in the tens of thousands.
+fn tiny_gguf(c: &TextConfig) -> Result<Vec<u8>, String> {
+    let shapes = synthetic::Shapes {
+        hidden: c.hidden as u64,
+        layers: c.layers as u64,
+        heads: c.heads as u64,
+        kv_heads: c.kv_heads as u64,
+        head_dim: c.head_dim as u64,
+        ffn: c.ffn as u64,
+        vocab: c.vocab as u64,
+        window: c.sliding_window as u64,
+        v_hidden: 0,
+        v_layers: 0,
+        v_heads: 0,
+        v_ffn: 0,
+    };
+    let meta = vec![(
+        "general.architecture".to_string(),
+        crate::gguf::Value::String("gemma3".into()),
+    )];
+    let mut tensors = synthetic::text_tensors(&shapes);
+    // An F16 head: the logits then go through the f16 widening too.
+    if let Some(t) = tensors
+        .iter_mut()
+        .find(|t| t.name == crate::model::names::weight(crate::model::names::TOKEN_EMBD))
+    {
+        t.ty = GgmlType::F16;
+    }
+    let mut out = Vec::new();
+    crate::gguf::write::write_streaming(&meta, &tensors, &mut out, |i, buf| {
+        let t = &tensors[i];
+        let n: u64 = t.dims.iter().product();
+        let mut rng = crate::rng::SplitMix64::new(0x5e1f ^ i as u64);
+        buf.clear();
+        if t.dims.len() == 1 {
+            // Gemma's norms hold 1 + w.
+            for _ in 0..n {
+                buf.extend_from_slice(&(1.0 + 0.05 * (rng.unit_f32() - 0.5)).to_le_bytes());
+            }
+            return Ok(());
+        }
+        buf.extend_from_slice(&crate::quant::random_blocks(
+            t.ty,
+            n as usize,
+            0x5e1f ^ i as u64,
+        ));
+        // Float weights are drawn in ±1, quantised ones up to a few hundred: both brought to
+        // about 1/√width.
+        let s = match t.ty {
+            GgmlType::F16 => 1.0 / (t.dims[0] as f32).sqrt(),
+            _ => 1.0 / 256.0,
+        };
+        scale_halves(t.ty, buf, s);
+        Ok(())
+    })
+    .map_err(|e| format!("building the tiny model: {e}"))?;
+    Ok(out)
+}
+
+/// Multiplies the f16 numbers of blocks of `ty` (F16 weights, block scales) by `s`.
+fn scale_halves(ty: GgmlType, buf: &mut [u8], s: f32) {
+    let scale = |b: &mut [u8]| {
+        let v = half::f16::from_le_bytes([b[0], b[1]]).to_f32() * s;
+        b.copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+    };
+    if ty == GgmlType::F16 {
+        buf.chunks_exact_mut(2).for_each(scale);
+        return;
+    }
+    for block in buf.chunks_exact_mut(ty.type_size() as usize) {
+        for &at in crate::quant::f16_fields(ty) {
+            scale(&mut block[at..at + 2]);
+        }
+    }
+}
+
+async fn load_tiny(bytes: &[u8], cfg: &TextConfig, device: &Device) -> Result<Decoder, String> {
+    let src = SliceSource(bytes);
+    let g = Gguf::read_async(&src).await.map_err(|e| e.to_string())?;
+    let mut progress = |_: &crate::model::load::Progress| {};
+    let mut l = Loader::new(&g, &src, device, usize::MAX / 2, &mut progress);
+    Decoder::load(&mut l, cfg.clone())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Prompt of the tiny forward: more tokens than the window (the sliding layer masks) and than
+/// [`GEMV_MAX_M`] (the prefill takes the prefill kernel); one decoding step follows.
+const TINY_IDS: [u32; 10] = [2, 17, 5, 299, 64, 128, 9, 77, 3, 250];
+
+/// The tiny decoder on its device: the logits of every prompt position then of one decoded
+/// token (so both the prefill and the decoding kernels run), the last prompt position's
+/// logits, and the device's greedy id after the prompt.
+async fn tiny_logits(d: &Decoder) -> Result<(Vec<f32>, Vec<f32>, u32), String> {
+    let read = |t: Tensor<2>| async {
+        crate::model::nn::read_f32(t)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let mut cache = d.new_cache();
+    let h = d
+        .forward(&TINY_IDS, &[], &mut cache)
+        .map_err(|e| e.to_string())?;
+    let t = TINY_IDS.len();
+    let hidden = h.dims()[1];
+    let mut all = read(d.logits(h.clone())).await?;
+    let last = read(d.logits(h.clone().slice([t - 1..t, 0..hidden]))).await?;
+    let id = read_id(d.greedy(h)).await?;
+    let step = d
+        .forward(&[TINY_IDS[1]], &[], &mut cache)
+        .map_err(|e| e.to_string())?;
+    all.extend(read(d.logits(step)).await?);
+    Ok((all, last, id))
+}
+
+async fn read_id(t: Tensor<1, Int>) -> Result<u32, String> {
+    t.into_data_async()
+        .await
+        .map_err(|e| format!("readback failed: {e:?}"))?
+        .try_into_vec::<u32>()
+        .map_err(|e| format!("{e:?}"))?
+        .first()
+        .copied()
+        .ok_or_else(|| "no id read back".to_string())
+}
+
+/// The tiny forward's logits on `device` against the CPU's, and the device argmax against the
+/// host's argmax of the same logits (bound 0: the logit it picks may fall short of the largest
+/// by nothing).
+async fn tiny_forward(device: &Device) -> Vec<Check> {
+    let cfg = tiny_config();
+    let result = async {
+        let bytes = tiny_gguf(&cfg)?;
+        let on_device = load_tiny(&bytes, &cfg, device).await?;
+        let on_cpu = load_tiny(&bytes, &cfg, &crate::device::cpu()).await?;
+        let (got, last, id) = tiny_logits(&on_device).await?;
+        let (want, _, _) = tiny_logits(&on_cpu).await?;
+        Ok::<_, String>((got, want, last, id))
+    }
+    .await;
+    let (got, want, last, id) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            return vec![check("forward.tiny".into(), None, Err(e))];
+        }
+    };
+    let scale = want.iter().fold(0f64, |a, &b| a.max(f64::from(b).abs()));
+    let mut worst = (0f64, 0usize);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let e = f64::from(g - w).abs();
+        let e = if e.is_nan() { f64::INFINITY } else { e };
+        if e > worst.0 {
+            worst = (e, i);
+        }
+    }
+    let (t, v) = (worst.1 / cfg.vocab, worst.1 % cfg.vocab);
+    let forward = Measured {
+        max_error: if got.len() == want.len() {
+            worst.0
+        } else {
+            f64::INFINITY
+        },
+        bound: FORWARD_TOLERANCE * scale,
+        detail: format!(
+            "logit [{t}, {v}]: CPU {} device {}",
+            want.get(worst.1).copied().unwrap_or(f32::NAN),
+            got.get(worst.1).copied().unwrap_or(f32::NAN)
+        ),
+    };
+    let best = crate::session::argmax(&last);
+    let picked = last.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY);
+    let short = f64::from(last[best] - picked);
+    let argmax = Measured {
+        max_error: if short.is_nan() { f64::INFINITY } else { short },
+        bound: 0.0,
+        detail: format!("device picked id {id}, the host's argmax is {best}"),
+    };
+    vec![
+        check("forward.tiny".into(), None, Ok(forward)),
+        check("argmax".into(), Some(Form::DeviceArgmax), Ok(argmax)),
+    ]
+}
+
+/// A check as the CLI prints it: `name`, `max_error`, `bound`, `passed`, `detail`.
+pub fn check_json(c: &Check) -> serde_json::Value {
+    serde_json::json!({
+        "name": c.name,
+        "max_error": c.max_error,
+        "bound": c.bound,
+        "passed": c.passed,
+        "detail": c.detail,
+    })
+}

@@ -1,0 +1,284 @@
+//! The device self-test natively: every check passes on the CPU and on lavapipe, a fault
+//! injected into one kernel form is caught and that form avoided, and the CLI's JSON.
+
+use std::io::Read;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use rexvqa_engine::device;
+use rexvqa_engine::eval::Clock;
+use rexvqa_engine::gguf::{GgmlType, Gguf, SliceSource};
+use rexvqa_engine::pair::PairHeaders;
+use rexvqa_engine::quant::forms::{self, Form};
+use rexvqa_engine::quant::ops::{Kernel, allow_software_subgroups, resolve};
+use rexvqa_engine::selftest::{self, Plan, Report};
+
+/// The disabled forms and injected faults are process-wide: tests that touch them take turns.
+static FORMS: Mutex<()> = Mutex::new(());
+
+struct Wall(Instant);
+
+impl Clock for Wall {
+    fn now_ms(&self) -> f64 {
+        self.0.elapsed().as_secs_f64() * 1000.0
+    }
+}
+
+/// The types of a Q4_K_M MedGemma (Q4_K, Q6_K, F16 mmproj; F32 norms are not matrices) and
+/// MedGemma 4B's head widths: what the app checks after loading one.
+fn medgemma_plan() -> Plan {
+    Plan {
+        types: vec![GgmlType::F16, GgmlType::Q4_K, GgmlType::Q6_K],
+        head_dims: selftest::MEDGEMMA_4B_HEAD_DIMS.to_vec(),
+    }
+}
+
+fn run(dev: &burn::tensor::Device, plan: &Plan) -> Report {
+    let r = pollster::block_on(selftest::run(dev, plan, &Wall(Instant::now())));
+    for c in &r.checks {
+        eprintln!(
+            "{:5} {:24} {:9.2e} ≤ {:9.2e} {:6.0} ms {}",
+            c.passed, c.name, c.max_error, c.bound, c.ms, c.detail
+        );
+    }
+    eprintln!("{}", r.verdict());
+    r
+}
+
+fn gpu() -> burn::tensor::Device {
+    allow_software_subgroups();
+    device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)")
+}
+
+fn failed(r: &Report) -> Vec<&str> {
+    r.checks
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
+#[test]
+fn every_check_passes_on_the_cpu() {
+    let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
+    let r = run(&device::cpu(), &Plan::default());
+    assert!(r.all_passed(), "failed: {:?}", failed(&r));
+    assert!(r.usable && r.disabled.is_empty());
+    // One matmul and one gather per supported type, blocked attention per head width, the
+    // forward and the argmax.
+    assert_eq!(r.checks.len(), 9 * 2 + 2 + 2);
+}
+
+#[test]
+fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
+    let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
+    let dev = gpu();
+    let r = run(&dev, &medgemma_plan());
+    assert!(r.all_passed(), "failed: {:?}", failed(&r));
+    assert!(r.usable && r.disabled.is_empty(), "{}", r.verdict());
+    let names: Vec<&str> = r.checks.iter().map(|c| c.name.as_str()).collect();
+    for want in [
+        "matmul.naive.q4_k",
+        "matmul.gemv.q6_k",
+        "matmul.gemv_subgroup.f16",
+        "matmul.tiled.q4_k",
+        "f16_native.q4_k",
+        "gather.q6_k",
+        "attention.fused.d72",
+        "attention.blocked.d256",
+        "forward.tiny",
+        "argmax",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let fwd = r.checks.iter().find(|c| c.name == "forward.tiny").unwrap();
+    // Measured on lavapipe: |Δlogit| 1.8e-6 with logits up to 3.6 (2026-11-24).
+    assert!(fwd.max_error < 2e-5, "forward |Δlogit| {}", fwd.max_error);
+}
+
+/// A wrong result from the form the automatic choice takes on lavapipe for decoding (naive),
+/// from the fused attention kernel and from the device argmax: each is caught and turned off
+/// with the reason, and the tiny model's forward, now through gemv and blocked attention,
+/// still matches the CPU.
+#[test]
+fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
+    let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
+    let dev = gpu();
+    assert_eq!(resolve(&dev, Kernel::Auto, 1), Kernel::Naive);
+    forms::inject_fault(Form::Naive);
+    forms::inject_fault(Form::FusedAttention);
+    forms::inject_fault(Form::DeviceArgmax);
+    let r = run(&dev, &medgemma_plan());
+    forms::clear_faults();
+    let now = resolve(&dev, Kernel::Auto, 1);
+    let fused_on = forms::enabled(Form::FusedAttention);
+    let argmax_on = forms::enabled(Form::DeviceArgmax);
+    forms::reset();
+
+    let off: Vec<Form> = r.disabled.iter().map(|d| d.form).collect();
+    assert_eq!(
+        off,
+        [Form::Naive, Form::FusedAttention, Form::DeviceArgmax],
+        "{}",
+        r.verdict()
+    );
+    assert!(
+        r.disabled[0]
+            .reason
+            .starts_with("matmul.naive.f16: error 1.0e0 > bound"),
+        "{}",
+        r.disabled[0].reason
+    );
+    assert!(
+        failed(&r).iter().all(|n| n.starts_with("matmul.naive.")
+            || *n == "attention.fused.d72"
+            || *n == "argmax"),
+        "{:?}",
+        failed(&r)
+    );
+    assert_eq!(now, Kernel::Gemv, "decoding moves to the next form");
+    assert!(
+        !fused_on && !argmax_on,
+        "greedy decoding takes the host's argmax"
+    );
+    assert!(r.usable, "{}", r.verdict());
+    let fwd = r.checks.iter().find(|c| c.name == "forward.tiny").unwrap();
+    assert!(
+        fwd.passed,
+        "forward after avoiding the faulty forms: {fwd:?}"
+    );
+    assert!(
+        r.verdict().contains("naive matmul turned off"),
+        "{}",
+        r.verdict()
+    );
+}
+
+/// With the device argmax turned off (here: broken on purpose, so it would pick the next id),
+/// greedy decoding reads the logits back and takes the host's argmax.
+#[test]
+fn greedy_decoding_takes_the_host_argmax_when_the_device_argmax_is_off() {
+    use rexvqa_engine::session::{LoadOptions, Model, argmax};
+    let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
+    let dev = gpu();
+    let text = SliceSource(gunzip("../tests/fixtures/models/tiny-q8_0.gguf.gz"));
+    let model = pollster::block_on(Model::load(
+        &text,
+        None::<&SliceSource<Vec<u8>>>,
+        &dev,
+        &LoadOptions::default(),
+        &mut |_| {},
+    ))
+    .unwrap();
+    let d = &model.decoder;
+    let mut cache = d.new_cache();
+    let h = d.forward(&[2, 105, 2364, 107], &[], &mut cache).unwrap();
+    let id = |t: burn::tensor::Tensor<1, burn::tensor::Int>| {
+        pollster::block_on(t.into_data_async())
+            .unwrap()
+            .try_into_vec::<u32>()
+            .unwrap()[0]
+    };
+    let logits =
+        pollster::block_on(rexvqa_engine::model::nn::read_f32(d.logits(h.clone()))).unwrap();
+    let vocab = d.cfg.vocab;
+    let want = argmax(&logits[logits.len() - vocab..]) as u32;
+    forms::inject_fault(Form::DeviceArgmax);
+    let broken = id(pollster::block_on(d.next_token(h.clone())).unwrap());
+    forms::disable(Form::DeviceArgmax, "test");
+    let host = id(pollster::block_on(d.next_token(h)).unwrap());
+    forms::clear_faults();
+    forms::reset();
+    assert_eq!(broken, want + 1, "the fault is on the device path");
+    assert_eq!(host, want);
+}
+
+fn gunzip(p: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(p);
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// A model pair's plan is its matrices' types and both head widths.
+#[test]
+fn the_plan_of_a_model_pair_lists_its_matrix_types_and_head_widths() {
+    let text = gunzip("../tests/fixtures/models/tiny-q8_0.gguf.gz");
+    let mmproj = gunzip("../tests/fixtures/models/tiny-q8_0-mmproj.gguf.gz");
+    let h = PairHeaders {
+        text: Gguf::read(&mut SliceSource(text)).unwrap(),
+        mmproj: Some(Gguf::read(&mut SliceSource(mmproj)).unwrap()),
+    };
+    let plan = Plan::from_headers(&h).unwrap();
+    assert!(plan.types.contains(&GgmlType::Q8_0), "{plan:?}");
+    assert!(!plan.types.is_empty() && plan.types.iter().all(|t| t.is_supported()));
+    assert_eq!(plan.head_dims.len(), 2, "{plan:?}");
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rexvqa"))
+        .args(args)
+        .output()
+        .expect("rexvqa runs")
+}
+
+#[test]
+fn the_cli_prints_one_json_entry_per_check_and_exits_zero_when_all_pass() {
+    let out = cli(&["selftest", "--backend", "cpu", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = v.as_array().unwrap();
+    assert_eq!(checks.len(), 22);
+    for c in checks {
+        assert!(c["name"].is_string(), "{c}");
+        assert!(c["max_error"].as_f64().unwrap() <= c["bound"].as_f64().unwrap());
+        assert_eq!(c["passed"], true);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("22 checks passed"), "{stderr}");
+}
+
+#[test]
+fn the_cli_on_wgpu_passes_on_lavapipe_and_fails_with_an_injected_fault() {
+    let out = cli(&["selftest", "--backend", "wgpu", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.as_array().unwrap().iter().all(|c| c["passed"] == true));
+
+    let out = cli(&[
+        "selftest",
+        "--backend",
+        "wgpu",
+        "--json",
+        "--inject-fault",
+        "tiled",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let failed: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["passed"] == false)
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed.len(), 9, "one tiled check per type: {failed:?}");
+    assert!(failed.iter().all(|n| n.starts_with("matmul.tiled.")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("tiled matmul turned off"), "{stderr}");
+    assert!(
+        stderr.contains("9 of 48 self-test checks failed"),
+        "{stderr}"
+    );
+}
