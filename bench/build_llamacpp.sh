@@ -5,8 +5,9 @@
 # Prints the bin/ folder to pass to bench/compare.py --llama-bin.
 # Environment:
 #   LLAMA_PORTABLE=1  binaries to carry to another machine (bench/device/pack.sh): ggml and llama
-#                     linked statically (two files, no .so beside them) and no -march=native (the
-#                     other machine's CPU may lack this one's extensions); built in build-BACKEND-portable.
+#                     linked statically (two files, no .so beside them), no -march=native (the
+#                     other machine's CPU may lack this one's extensions; AVX2/FMA stay on) and no
+#                     OpenSSL (only model downloads use it); built in build-BACKEND-portable.
 #   JOBS=N            parallel compile jobs (default: all cores).
 set -euo pipefail
 backend="${1:-cpu}"
@@ -42,7 +43,7 @@ case "$backend" in
 esac
 build="$dir/build-$backend"
 if [ "${LLAMA_PORTABLE:-0}" = 1 ]; then
-  flags+=(-DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF)
+  flags+=(-DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF)
   build="$dir/build-$backend-portable"
 fi
 if [ "$backend" = vulkan ] && ! grep -q VK_EXT_layer_settings /usr/include/vulkan/vulkan_core.h; then
