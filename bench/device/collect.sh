@@ -3,9 +3,10 @@
 #
 #   bench/device/collect.sh FILES_AT MACHINE_NAME [NOTE]
 #
-# FILES_AT is the folder the run tool copied $OUT into (it holds 00-machine.json ... 99-summary.json
-# and logs/); MACHINE_NAME names the machine in the file names (e.g. h100-x1). Writes
-#   bench/results/device/MACHINE_NAME-SCALE-DATE/   the step JSONs and logs as returned
+# FILES_AT is the folder the run tool copied $OUT into (steps.tar, summary.json, run.log);
+# MACHINE_NAME names the machine in the file names (e.g. h100-x1). Writes
+#   bench/results/device/MACHINE_NAME-SCALE-DATE/   steps.tar unpacked (the step JSONs and logs),
+#                                                   summary.json and run.log
 #   bench/results/MACHINE_NAME-medgemma4b-synthetic-gpu-kit.json (full scale; -small- otherwise):
 #     summarize.py's summary: machine, adapter, step status, ratios vs llama.cpp, issue #15's targets
 # and prints the summary's ratios and targets. Needs python3 (this side only).
@@ -13,14 +14,19 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 src=$1 machine=$2 note=${3:-}
-[ -f "$src/00-machine.json" ] || { echo "collect.sh: $src has no 00-machine.json (is it run.sh's \$OUT?)" >&2; exit 1; }
+[ -f "$src/steps.tar" ] || { echo "collect.sh: $src has no steps.tar (is it run.sh's \$OUT?)" >&2; exit 1; }
 case "$machine" in *[!A-Za-z0-9._-]*) echo "collect.sh: MACHINE_NAME may hold letters, digits, . _ - only" >&2; exit 2 ;; esac
 
-scale=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["scale"])' "$src/00-machine.json")
-date=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["date_utc"][:16].replace(":", ""))' "$src/00-machine.json")
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+tar -C "$stage" -xf "$src/steps.tar"
+[ -f "$stage/00-machine.json" ] || { echo "collect.sh: steps.tar holds no 00-machine.json" >&2; exit 1; }
+scale=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["scale"])' "$stage/00-machine.json")
+date=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["date_utc"][:16].replace(":", ""))' "$stage/00-machine.json")
 dest=bench/results/device/$machine-$scale-$date
 mkdir -p "$dest"
-cp -r "$src"/. "$dest"/
+cp -r "$stage"/. "$dest"/
+for f in run.log summary.json; do [ -f "$src/$f" ] && cp "$src/$f" "$dest/$f"; done
 chmod -R u+w "$dest"
 if [ "$scale" = full ]; then
   summary=bench/results/$machine-medgemma4b-synthetic-gpu-kit.json
