@@ -3,6 +3,12 @@
 # llama-cpp-python sdist vendors (PyPI is reachable where GitHub is not).
 #   bench/build_llamacpp.sh [cpu|vulkan|cuda] [DIR]   (default: cpu, ~/.cache/rexvqa-web/llama.cpp)
 # Prints the bin/ folder to pass to bench/compare.py --llama-bin.
+# Environment:
+#   LLAMA_PORTABLE=1  binaries to carry to another machine (bench/device/pack.sh): ggml and llama
+#                     linked statically (two files, no .so beside them), no -march=native (the
+#                     other machine's CPU may lack this one's extensions; AVX2/FMA stay on) and no
+#                     OpenSSL (only model downloads use it); built in build-BACKEND-portable.
+#   JOBS=N            parallel compile jobs (default: all cores).
 set -euo pipefail
 backend="${1:-cpu}"
 dir="${2:-$HOME/.cache/rexvqa-web/llama.cpp}"
@@ -36,6 +42,10 @@ case "$backend" in
   *) echo "backend must be cpu, vulkan or cuda" >&2; exit 2 ;;
 esac
 build="$dir/build-$backend"
+if [ "${LLAMA_PORTABLE:-0}" = 1 ]; then
+  flags+=(-DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF)
+  build="$dir/build-$backend-portable"
+fi
 if [ "$backend" = vulkan ] && ! grep -q VK_EXT_layer_settings /usr/include/vulkan/vulkan_core.h; then
   # Debian 12's Vulkan headers (1.3.239) predate VK_EXT_layer_settings, which llama.cpp uses only
   # to turn on best-practice checks in the validation layer: pass no settings (behaviour without
@@ -58,5 +68,5 @@ if ! command -v cmake >/dev/null; then
   export PATH="$dir/cmake-venv/bin:$PATH"
 fi
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF "${flags[@]}" >&2
-cmake --build "$build" -j"$(nproc)" --target llama-bench llama-mtmd-cli >&2
+cmake --build "$build" -j"${JOBS:-$(nproc)}" --target llama-bench llama-mtmd-cli >&2
 echo "$build/bin"

@@ -25,6 +25,8 @@ stage() {
 
 stage "setup" scripts/setup.sh test || true
 stage "cargo fmt --check" cargo fmt --all --check
+# The GPU kit's scripts on a stub kit (~10 s, nothing built): bench/device/README.md.
+stage "GPU kit scripts (bench/device/check.sh)" bench/device/check.sh
 stage "clippy (native)" cargo clippy --workspace --all-targets -- -D warnings
 stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p rexvqa-app --lib --bins -- -D warnings &&
   cargo clippy --target wasm32-unknown-unknown -p rexvqa-engine --no-default-features --lib --test web -- -D warnings'

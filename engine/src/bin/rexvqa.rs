@@ -267,6 +267,10 @@ enum Command {
         /// Seed of the study draw.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Also project the measured costs onto QUESTIONS:STUDIES (repeatable), e.g. a split
+        /// that is not on this machine (the GPU kit projects the whole public test this way).
+        #[arg(long, value_parser = parse_counts)]
+        project: Vec<(usize, usize)>,
     },
     /// Unpack the PNGs of the image archive (`deid_png.part*`, a split zstd tar) into a folder;
     /// files already there with the right size are kept, so an interrupted unpack resumes.
@@ -320,6 +324,18 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
         "official" => Ok(Mode::Official),
         _ => Err(format!("{s:?}: use fast or official")),
     }
+}
+
+fn parse_counts(s: &str) -> Result<(usize, usize), String> {
+    let (q, st) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: use QUESTIONS:STUDIES"))?;
+    let n = |v: &str| {
+        v.trim()
+            .parse::<usize>()
+            .map_err(|e| format!("{s:?}: {v:?} is not a count ({e})"))
+    };
+    Ok((n(q)?, n(st)?))
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
@@ -858,6 +874,7 @@ fn run(cli: Cli) -> Result<(), String> {
             d,
             questions,
             seed,
+            project,
         } => {
             let (split, folder) = open_split(&d)?;
             let model = load_model(&m)?;
@@ -875,9 +892,19 @@ fn run(cli: Cli) -> Result<(), String> {
             ))
             .map_err(|e| e.to_string())?
             .ok_or("the split has no questions to time")?;
+            let mut json = serde_json::to_value(&p).map_err(|e| e.to_string())?;
+            if !project.is_empty()
+                && let Some(o) = json.as_object_mut()
+            {
+                let more: Vec<_> = project.iter().map(|&(q, s)| p.for_counts(q, s)).collect();
+                o.insert(
+                    "projections".into(),
+                    serde_json::to_value(more).map_err(|e| e.to_string())?,
+                );
+            }
             println!(
                 "{}",
-                serde_json::to_string_pretty(&p).map_err(|e| e.to_string())?
+                serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
             );
         }
         Command::Unpack { out, split, parts } => unpack(&out, split.as_deref(), &parts)?,
@@ -1071,5 +1098,36 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibrate_project_takes_questions_and_studies() {
+        assert_eq!(parse_counts("40826:9385"), Ok((40826, 9385)));
+        assert_eq!(parse_counts(" 12 : 3 "), Ok((12, 3)));
+        assert!(parse_counts("40826").is_err());
+        assert!(parse_counts("a:1").is_err());
+        assert!(parse_counts("1:-3").is_err());
+        let cli = Cli::try_parse_from([
+            "rexvqa",
+            "calibrate",
+            "--model",
+            "m.gguf",
+            "--split",
+            "s.json",
+            "--project",
+            "4:1",
+            "--project",
+            "8:2",
+        ])
+        .unwrap();
+        let Command::Calibrate { project, .. } = cli.command else {
+            panic!("not calibrate")
+        };
+        assert_eq!(project, vec![(4, 1), (8, 2)]);
     }
 }

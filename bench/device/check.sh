@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Keeps the GPU kit's scripts from rotting between the rare GPU runs, in a few seconds and without
+# building anything: syntax of every script, run.sh's plan (--dry-run), and a whole run.sh on a
+# stub kit (shell scripts standing in for rexvqa, llama-bench and llama-mtmd-cli) whose JSON files
+# must all parse, with a step that is absent from the build, one that times out and one that is
+# skipped for lack of time, summarised by summarize.py. scripts/test.sh runs it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+fail() { echo "check.sh: $*" >&2; exit 1; }
+
+for f in bench/device/run.sh bench/device/pack.sh bench/device/collect.sh bench/device/check.sh bench/build_llamacpp.sh; do
+  bash -n "$f" || fail "$f: syntax"
+done
+# (ast.parse, not py_compile: nothing written into the tree.)
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' bench/device/summarize.py bench/device/tokenizer_gguf.py
+
+plan=$(OUT=/nonexistent bench/device/run.sh --dry-run)
+for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer; do
+  grep -q -- "-$step " <<<"$plan" || fail "run.sh --dry-run lists no $step step"
+done
+grep -q 'selftest --backend wgpu --json' <<<"$plan" || fail "run.sh must call 'rexvqa selftest --backend wgpu --json'"
+
+tmp=$(mktemp -d)
+[ -n "${CHECK_KEEP:-}" ] || trap 'rm -rf "$tmp"' EXIT
+kit=$tmp/kit
+mkdir -p "$kit/debs" "$kit/cxx" "$kit/glibc" "$tmp/payload/bin" "$tmp/payload/data"
+echo "stub kit (bench/device/check.sh)" >"$kit/manifest.txt"
+# busybox: only what run.sh asks of it when xz is missing (python's lzma stands in for xz, which
+# a minimal Debian lacks).
+cat >"$kit/busybox" <<'EOF'
+#!/usr/bin/env bash
+case "$1" in
+  unxz) exec python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$3" ;;
+  tar) shift; exec tar "$@" ;;
+  gunzip) shift; exec gzip -d "$@" ;;
+  *) echo "stub busybox: $1 not stubbed" >&2; exit 1 ;;
+esac
+EOF
+cat >"$tmp/payload/bin/rexvqa" <<'EOF'
+#!/usr/bin/env bash
+# Stub rexvqa: the subcommands and outputs run.sh relies on.
+arg() { local k=$1; shift; while [ $# -gt 0 ]; do [ "$1" = "$k" ] && { echo "$2"; return; }; shift; done; }
+case "$1" in
+  --help) echo "usage" ;;
+  synth-model) out=$(arg --out "$@"); [ -s "$(arg --tokenizer-from "$@")" ] || exit 1; mkdir -p "$out"
+    : >"$out/medgemma-4b-synthetic-Q4_K_M.gguf"; : >"$out/mmproj-medgemma-4b-synthetic-F16.gguf" ;;
+  synth) out=$(arg --out "$@"); mkdir -p "$out/metadata" "$out/deid_png/p"; : >"$out/deid_png/p/1.png"
+    printf '{\n  "q1": {\n    "study_id": "s"\n  }\n}\n' >"$out/metadata/test_vqa_data.json" ;;
+  selftest) [ -n "${STUB_SELFTEST:-}" ] || { echo "error: unrecognized subcommand 'selftest'" >&2; exit 2; }
+    echo '[{"name": "gemv q4_k", "passed": true}, {"name": "naive q6_k", "passed": false}]'; exit 1 ;;
+  bench-kernels) echo '{"adapter": {"name": "stub"}, "kernels": []}' ;;
+  bench) [ -n "${STUB_SLOW_BENCH:-}" ] && sleep 30
+    echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0], [1000, 1500.0]], "decode_tokens_per_s": 90.0,
+    "image_encode_ms": 50.0, "peak_device_bytes": 3400000000, "adapter": {"name": "stub"}}}' ;;
+  calibrate) echo '{"per_study_ms": 60.0, "per_question_ms": 20.0, "total_s": 1.0,
+    "projections": [{"questions": 40826, "studies": 40826, "total_s": 3265.0},
+                    {"questions": 40826, "studies": 9385, "total_s": 1379.0}]}' ;;
+  answer) [ "$(arg --id "$@")" = q1 ] || exit 3; sleep 30 ;;
+  *) exit 9 ;;
+esac
+EOF
+cat >"$tmp/payload/bin/llama-bench" <<'EOF'
+#!/usr/bin/env bash
+[ "$1" = --help ] && exit 0
+echo '[{"n_prompt": 300, "n_gen": 0, "avg_ts": 2500.0, "build_commit": "stub"},
+ {"n_prompt": 1000, "n_gen": 0, "avg_ts": 1500.0}, {"n_prompt": 0, "n_gen": 32, "avg_ts": 100.0}]'
+EOF
+cat >"$tmp/payload/bin/llama-mtmd-cli" <<'EOF'
+#!/usr/bin/env bash
+echo "main: loading model"; echo "image/slice encoded in 40 ms"; echo "mtmd batch encoding done in 60 ms" >&2
+EOF
+chmod +x "$tmp/payload/bin/"* "$kit/busybox"
+echo tok >"$tmp/payload/data/gemma3-tokenizer.gguf"
+python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1], "w:xz"); t.add(sys.argv[2] + "/bin", "bin"); t.add(sys.argv[2] + "/data", "data"); t.close()' \
+  "$kit/payload.tar.xz" "$tmp/payload"
+
+# No Vulkan driver for the stub run: vulkaninfo then answers at once (on lavapipe it takes seconds,
+# which the short deadline below cannot spare).
+export VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.json
+
+# The first-answer step sleeps past the 3 s step cap (timed out); a deadline that leaves no room
+# after it would skip a later step, so the deadline is generous and the cap does the timing out.
+out=$tmp/out
+mkdir -p "$out"
+OUT=$out KIT_DIR=$kit KIT_STEP_LIMIT_S=3 KIT_DEADLINE_S=120 bench/device/run.sh 2>"$tmp/run.log" ||
+  { cat "$tmp/run.log" >&2; fail "run.sh failed on the stub kit"; }
+mkdir -p "$out/x" && tar -C "$out/x" -xf "$out/steps.tar"
+[ "$(find "$out" -maxdepth 1 -type f | wc -l)" -le 8 ] || fail "run.sh leaves more than 8 files in \$OUT"
+python3 - "$out/x" <<'EOF' || { cat "$tmp/run.log" >&2; fail "run.sh's JSON on the stub kit is wrong"; }
+import json, subprocess, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+files = sorted(p.name for p in d.glob("*.json"))
+want = ["00-machine.json", "01-synth.json", "02-selftest.json", "03-bench-kernels.json", "04-bench-wgpu.json",
+        "05-llama-bench.json", "06-llama-mtmd.json", "07-calibrate.json", "08-first-answer.json", "99-summary.json"]
+assert files == want, files
+for f in files:
+    json.loads((d / f).read_text())
+s = json.loads(subprocess.run([sys.executable, "bench/device/summarize.py", str(d)], check=True,
+                              capture_output=True, text=True).stdout)
+st = s["steps"]
+assert st["selftest"] == "not in this build", st
+assert st["first-answer"].startswith("timed out"), st
+assert all(st[k].startswith("ok") for k in ("synth", "bench-kernels", "bench-wgpu", "llama-bench", "llama-mtmd",
+                                            "calibrate")), st
+assert abs(s["ratios"]["prefill_300"] - 0.8) < 1e-9 and abs(s["ratios"]["image_encode"] - 1.2) < 1e-9, s["ratios"]
+assert s["targets"]["public_test_s_every_question_its_own_study"]["met"] is True, s["targets"]
+assert s["targets"]["load_to_first_answer_s"]["met"] is None, s["targets"]
+EOF
+
+# A self-test with a failing check (its JSON kept), and a slow step that eats the deadline: it times
+# out, and every step after it is skipped and says so.
+out2=$tmp/out2
+mkdir -p "$out2"
+# (bench is stopped at 8 s, leaving less than the 10 s a step needs of the 20 s deadline; the
+# steps before it have 5 s of room on a busy machine.)
+STUB_SELFTEST=1 STUB_SLOW_BENCH=1 OUT=$out2 KIT_DIR=$kit KIT_STEP_LIMIT_S=8 KIT_DEADLINE_S=20 bench/device/run.sh 2>"$tmp/run2.log" ||
+  { cat "$tmp/run2.log" >&2; fail "run.sh failed on the stub kit with a short deadline"; }
+mkdir -p "$out2/x" && tar -C "$out2/x" -xf "$out2/steps.tar"
+grep -q '"timed_out": true' "$out2/x/04-bench-wgpu.json" || { cat "$tmp/run2.log" >&2; fail "a step past its limit is not marked timed out"; }
+python3 bench/device/summarize.py "$out2/x" >"$tmp/sum2.json"
+grep -q '"selftest": "failed (exit 1); 1 of 2 checks passed, failed: naive q6_k"' "$tmp/sum2.json" ||
+  { cat "$tmp/run2.log" "$tmp/sum2.json" >&2; fail "a failing self-test's checks are not summarised"; }
+grep -q '"skipped": true' "$out2/x/08-first-answer.json" || { cat "$tmp/run2.log" >&2; fail "a step past the deadline is not marked skipped"; }
+echo "bench/device: scripts check out (stub run in $SECONDS s)${CHECK_KEEP:+; files in $tmp}"

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Reads the step JSONs that bench/device/run.sh wrote and prints one summary: the machine, each
+step's status, the ratios rexvqa / llama.cpp on the same GPU and files (> 1: rexvqa faster; the
+same definitions as bench/compare.py), and every speed target of issue #15 with the measured value.
+
+Usage: summarize.py DIR [--machine NAME] [--note TEXT]   (standard library only)
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+# Issue #15's targets.
+MIN_RATIO = 0.8
+MAX_PUBLIC_TEST_S = 3600.0
+MAX_DEVICE_BYTES = 3.6e9
+MAX_FIRST_ANSWER_S = 15.0
+
+
+def load(d, name):
+    hits = sorted(d.glob(f"[0-9][0-9]-{name}.json"))
+    if not hits:
+        return None
+    try:
+        return json.loads(hits[0].read_text())
+    except json.JSONDecodeError as e:
+        return {"step": name, "unreadable": str(e)}
+
+
+def target(value, limit, below=True):
+    if value is None:
+        return {"value": None, "limit": limit, "met": None}
+    return {"value": value, "limit": limit, "met": value <= limit if below else value >= limit}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", type=Path)
+    ap.add_argument("--machine", default="")
+    ap.add_argument("--note", default="")
+    a = ap.parse_args()
+    d = a.dir
+    machine = load(d, "machine") or {}
+    names = ["synth", "selftest", "bench-kernels", "bench-wgpu", "llama-bench", "llama-mtmd", "calibrate",
+             "first-answer"]
+    steps = {n: load(d, n) for n in names}
+    status = {}
+    for n, s in steps.items():
+        if s is None:
+            status[n] = "missing"
+        elif s.get("skipped"):
+            status[n] = "skipped (no time left)"
+        elif s.get("status"):
+            status[n] = s["status"]
+        elif s.get("timed_out"):
+            status[n] = f"timed out after {s.get('limit_s')} s" if "limit_s" in s else s.get("reason", "timed out")
+        elif s.get("exit_code") != 0:
+            status[n] = f"failed (exit {s.get('exit_code')})"
+        else:
+            status[n] = f"ok, {s.get('wall_s')} s"
+
+    def result(n):
+        s = steps.get(n) or {}
+        return s.get("result") if s.get("exit_code") == 0 else None
+
+    selftest = (steps.get("selftest") or {}).get("result")
+    if isinstance(selftest, list):
+        failed = [c.get("name") for c in selftest if not c.get("passed")]
+        status["selftest"] += f"; {len(selftest) - len(failed)} of {len(selftest)} checks passed" + (
+            f", failed: {', '.join(map(str, failed))}" if failed else "")
+
+    bench = result("bench-wgpu") or {}
+    rr = bench.get("results") or {}
+    lb = result("llama-bench") or []
+    mt = result("llama-mtmd") or {}
+    ratios = {}
+    llama = {"prefill": {}, "decode_tokens_per_s": None, "image_encode_ms": None}
+    for r in lb:
+        if r.get("n_gen", 0) == 0:
+            llama["prefill"][int(r["n_prompt"])] = r["avg_ts"]
+        elif r.get("n_prompt", 0) == 0:
+            llama["decode_tokens_per_s"] = r["avg_ts"]
+        llama.setdefault("build", r.get("build_commit"))
+        llama.setdefault("backends", r.get("backends"))
+        llama.setdefault("gpu_info", r.get("gpu_info"))
+    if mt.get("image_encode_ms_runs"):
+        llama["image_encode_ms"] = statistics.median(mt["image_encode_ms_runs"])
+    for n, tps in rr.get("prefill", []):
+        ref = llama["prefill"].get(int(n))
+        if ref:
+            ratios[f"prefill_{n}"] = tps / ref
+    if llama["decode_tokens_per_s"] and rr.get("decode_tokens_per_s"):
+        ratios["decode"] = rr["decode_tokens_per_s"] / llama["decode_tokens_per_s"]
+    if llama["image_encode_ms"] and rr.get("image_encode_ms"):
+        ratios["image_encode"] = llama["image_encode_ms"] / rr["image_encode_ms"]
+
+    cal = result("calibrate") or {}
+    projections = cal.get("projections") or []
+    first = steps.get("first-answer") or {}
+    first_s = float(first["wall_s"]) if first.get("exit_code") == 0 else None
+    targets = {
+        "ratio_vs_llama_cpp_min": target(min(ratios.values()) if ratios else None, MIN_RATIO, below=False),
+        "public_test_s_every_question_its_own_study":
+            target(projections[0]["total_s"] if len(projections) > 0 else None, MAX_PUBLIC_TEST_S),
+        "public_test_s_4_35_questions_per_study":
+            target(projections[1]["total_s"] if len(projections) > 1 else None, MAX_PUBLIC_TEST_S),
+        "peak_device_bytes": target(rr.get("peak_device_bytes"), MAX_DEVICE_BYTES),
+        "load_to_first_answer_s": target(first_s, MAX_FIRST_ANSWER_S),
+    }
+    out = {
+        "what": "GPU evidence kit (bench/device/run.sh): rexvqa (wgpu) vs llama.cpp (Vulkan) on the same "
+                "GPU and files; ratios > 1: rexvqa faster",
+        "machine_name": a.machine,
+        "note": a.note,
+        "scale": machine.get("scale"),
+        "date_utc": machine.get("date_utc"),
+        "machine": {k: machine.get(k) for k in ("cpu", "cpus", "memory", "os_release", "glibc", "vulkan_setup",
+                                                 "vulkan_devices", "launchers", "nvidia_smi")},
+        "adapter": bench.get("results", {}).get("adapter") or (result("bench-kernels") or {}).get("adapter"),
+        "steps": status,
+        "ratios": ratios,
+        "targets": targets,
+        "rexvqa": {"load_s": bench.get("load_s"), **{k: v for k, v in rr.items() if k not in ("kernels", "adapter")}},
+        "llama_cpp": llama,
+        "calibrate": cal,
+        "first_answer_wall_s": first_s,
+    }
+    json.dump(out, sys.stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()
