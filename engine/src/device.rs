@@ -141,6 +141,20 @@ pub fn destroy_for_test() -> bool {
     WGPU_DEVICE.with(|w| w.borrow().as_ref().map(|d| d.destroy()).is_some())
 }
 
+/// Natively nothing watches the device: a CLI run whose device is lost fails, and run again it
+/// resumes from its journal. Returns false.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn on_device_lost(_f: impl Fn(String) + Send + 'static) -> bool {
+    false
+}
+
+/// Natively there is no browser device to destroy. Returns false.
+#[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
+pub fn destroy_for_test() -> bool {
+    false
+}
+
 /// The native wgpu device, with the browser's async signature (one API for both targets).
 #[cfg(not(target_arch = "wasm32"))]
 pub async fn wgpu_async() -> Result<Device, DeviceError> {

@@ -74,6 +74,43 @@ impl Measured {
     }
 }
 
+/// A product on the device of random inputs and random well-formed blocks, with what it was
+/// made from.
+struct Product {
+    /// The inputs `[m, k]`.
+    x: Vec<f32>,
+    /// The weights `[n, k]`, dequantised on the CPU.
+    w: Vec<f32>,
+    /// The device's `x · Wᵀ`, `[m, n]`.
+    got: Vec<f32>,
+    /// The matrix on the device.
+    q: QMatrix,
+}
+
+/// `x [m, k] · Wᵀ` with `kernel` and `half` for random blocks of `ty` (`n` rows, in chunks of at
+/// most `chunk_bytes`) on `device`.
+async fn product(
+    device: &Device,
+    kernel: Kernel,
+    half: Half,
+    ty: GgmlType,
+    [m, n, k]: [usize; 3],
+    chunk_bytes: usize,
+    seed: u64,
+) -> Result<Product, String> {
+    let bytes = random_blocks(ty, n * k, seed);
+    let w = dequantize_vec(ty, &bytes, n * k).map_err(|e| e.to_string())?;
+    let mut rng = SplitMix64::new(seed ^ 0x5eed);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
+    let q = QMatrix::upload(ty, &bytes, n, k, device, chunk_bytes).map_err(|e| e.to_string())?;
+    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
+    let got = read(q.matmul_variant(xt, kernel, half)).await?;
+    if got.len() != m * n {
+        return Err(format!("got {} outputs, expected {}", got.len(), m * n));
+    }
+    Ok(Product { x, w, got, q })
+}
+
 /// `x [m, k] · Wᵀ` with `kernel` and `half` against the f64 products, for random blocks of
 /// `ty` (`n` rows in one chunk) on `device`.
 #[allow(clippy::too_many_arguments)]
@@ -87,16 +124,8 @@ pub async fn matmul_error(
     k: usize,
     seed: u64,
 ) -> Result<Measured, String> {
-    let bytes = random_blocks(ty, n * k, seed);
-    let w = dequantize_vec(ty, &bytes, n * k).map_err(|e| e.to_string())?;
-    let mut rng = SplitMix64::new(seed ^ 0x5eed);
-    let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
-    let q = QMatrix::upload(ty, &bytes, n, k, device, usize::MAX / 2).map_err(|e| e.to_string())?;
-    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
-    let got = read(q.matmul_variant(xt, kernel, half)).await?;
-    if got.len() != m * n {
-        return Err(format!("got {} outputs, expected {}", got.len(), m * n));
-    }
+    let Product { x, w, got, .. } =
+        product(device, kernel, half, ty, [m, n, k], usize::MAX / 2, seed).await?;
     let (ratio, i, r, exact) = worst_error(&x, &w, &got, m, n, k);
     let abs: f64 = (0..k)
         .map(|j| (f64::from(x[i * k + j]) * f64::from(w[r * k + j])).abs())
@@ -175,20 +204,9 @@ pub async fn check_matmul(
     chunk_bytes: usize,
     seed: u64,
 ) -> Result<Outcome, String> {
-    let bytes = random_blocks(ty, n * k, seed);
-    let w = dequantize_vec(ty, &bytes, n * k).map_err(|e| e.to_string())?;
-    let mut rng = SplitMix64::new(seed ^ 0x5eed);
-    let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
-    let q = QMatrix::upload(ty, &bytes, n, k, device, chunk_bytes).map_err(|e| e.to_string())?;
-    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
-    let got = read(q.matmul_variant(xt, kernel, half)).await?;
-    if got.len() != m * n {
-        return Err(format!(
-            "{ty}: got {} outputs, expected {}",
-            got.len(),
-            m * n
-        ));
-    }
+    let Product { x, w, got, q } = product(device, kernel, half, ty, [m, n, k], chunk_bytes, seed)
+        .await
+        .map_err(|e| format!("{ty}: {e}"))?;
     let (ratio, i, r, exact) = worst_error(&x, &w, &got, m, n, k);
     let mut worst = Outcome {
         worst_ratio: ratio,
