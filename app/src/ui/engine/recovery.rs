@@ -66,7 +66,12 @@ impl Engine {
         let run = self.eval.get_untracked().filter(|p| p.state.is_live());
         let in_flight: Vec<(Drives, Request)> =
             self.in_flight.with_value(|m| m.values().cloned().collect());
-        let mut then: Vec<Request> = Vec::new();
+        // A device lost again while restoring: what the first recovery was to take up still is.
+        let mut then: Vec<Request> = self
+            .recovering
+            .get_value()
+            .map(|r| r.then)
+            .unwrap_or_default();
         let mut dropped = Vec::new();
         for (drives, req) in &in_flight {
             match replay(*drives, req, run.as_ref().map(|p| p.run_id.as_str())) {
