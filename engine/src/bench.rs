@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::eval::Clock;
+use crate::launches::{self, Counts};
 use crate::model::ModelError;
 use crate::quant::ops::{GEMV_MAX_M, Half, Kernel, QMatrix};
 use crate::rexvqa::synth::synthetic_xray;
@@ -46,6 +47,49 @@ pub struct BenchReport {
     /// The GPU adapter the run used and the features its kernels could use (None on the CPU).
     #[serde(default)]
     pub adapter: Option<crate::device::Adapter>,
+    /// Kernel dispatches of one decoded token (GPU backends; None on the CPU).
+    #[serde(default)]
+    pub dispatches_per_token: Option<u64>,
+    /// Queue submissions one decoded token implies ([`Counts::submits`]).
+    #[serde(default)]
+    pub submits_per_token: Option<u64>,
+    /// Host reads of one decoded token.
+    #[serde(default)]
+    pub reads_per_token: Option<u64>,
+    /// Kernel dispatches of one fast-mode question of a study whose image and prompt prefix
+    /// are already on the device.
+    #[serde(default)]
+    pub dispatches_per_question: Option<u64>,
+    /// Kernel dispatches per question when a study's questions are scored in one batched pass
+    /// (what evaluation does).
+    #[serde(default)]
+    pub dispatches_per_question_batched: Option<f64>,
+    /// Kernel dispatches of one image encode (vision tower and projector).
+    #[serde(default)]
+    pub dispatches_per_image: Option<u64>,
+    /// Packed weight bytes one decoded token must read: the physical minimum of its traffic.
+    #[serde(default)]
+    pub weight_bytes_per_token: Option<u64>,
+    /// The passes counted, by kernel.
+    #[serde(default)]
+    pub counts: Option<PassCounts>,
+}
+
+/// What each pass asks of the device, counted by [`count_passes`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PassCounts {
+    /// One decoded token (forward of one id with the KV cache, then greedy choice).
+    pub token: Counts,
+    /// The first fast-mode question of a study (its image already encoded).
+    pub first_question: Option<Counts>,
+    /// A later fast-mode question of the same study (the shared prefix cached).
+    pub question: Option<Counts>,
+    /// `questions` questions of a study scored in one batched pass.
+    pub batched: Option<Counts>,
+    /// Questions in the batched pass.
+    pub questions: usize,
+    /// One image encode.
+    pub image: Option<Counts>,
 }
 
 /// One weight matrix multiplied by `m` input rows with one kernel.
@@ -231,6 +275,104 @@ fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
     model.tokenize_rendered(&prompt::chat(Some(prompt::SYSTEM), &text, 1), 1)
 }
 
+/// Counts the dispatches, reads and uploads of one decoded token, fast-mode questions and one
+/// image encode (the last two need a vision tower), under a CubeCL dry run: every launch is
+/// issued, counted and compiled as in a real run, then dropped, so a model too large to run on
+/// a software adapter is counted in seconds. Nothing here branches on a computed value (a dry
+/// run reads back whatever the buffers held), so the counts are those of a real run; the
+/// `dry_runs_count_what_real_runs_do` test checks it. Empty counts on the CPU backend.
+pub async fn count_passes(model: &Model, questions: usize) -> Result<PassCounts, ModelError> {
+    let _dry = burn_cubecl::cubecl::dry_run::DryRun::new();
+    count_passes_now(model, questions).await
+}
+
+/// [`count_passes`] with the launches executed (for checking the dry run against).
+#[doc(hidden)]
+pub async fn count_passes_now(model: &Model, questions: usize) -> Result<PassCounts, ModelError> {
+    let mut pc = PassCounts {
+        questions,
+        ..Default::default()
+    };
+    let ids: Vec<u32> = std::iter::once(model.tokenizer.bos())
+        .chain(
+            model
+                .tokenizer
+                .encode(" The heart size is normal.", false, false),
+        )
+        .collect();
+    let mut cache = model.decoder.new_cache();
+    let hidden = model.prefill(&ids, &[], &mut cache)?;
+    let next = model.decoder.greedy(hidden);
+    // One token, read back as generation does at its end, so a read that the greedy choice
+    // needs (the host argmax when the device one is off) is counted too.
+    let c = launches::count();
+    let next = model
+        .decoder
+        .next_token(model.decoder.forward_token(next, &mut cache))
+        .await?;
+    drop(next.into_data_async().await);
+    launches::note_read();
+    pc.token = c.finish();
+    drop(cache);
+
+    if let Some(vision) = model.vision.as_ref() {
+        let size = vision.cfg.image_size;
+        let pixels = vec![0.0f32; 3 * size * size];
+        let c = launches::count();
+        drop(model.encode_image(&pixels)?);
+        pc.image = Some(c.finish());
+        let mut session = Session::new(model);
+        let f = session.add_image("count", &pixels)?;
+        for q in 0..2 {
+            let c = launches::count();
+            session
+                .score_options(
+                    &question_ids(model, q)?,
+                    std::slice::from_ref(&f),
+                    &Letter::ALL,
+                )
+                .await?;
+            let counts = Some(c.finish());
+            if q == 0 {
+                pc.first_question = counts;
+            } else {
+                pc.question = counts;
+            }
+        }
+        let mut batched = Session::new(model);
+        let f = batched.add_image("count", &pixels)?;
+        let prompts = (0..questions)
+            .map(|q| Ok((question_ids(model, q)?, Letter::ALL.to_vec())))
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let c = launches::count();
+        batched
+            .score_many(&prompts, std::slice::from_ref(&f))
+            .await?;
+        pc.batched = Some(c.finish());
+    }
+    Ok(pc)
+}
+
+impl BenchReport {
+    /// Fills the flat count figures from `pc` (GPU backends only: the CPU issues no launches).
+    pub fn set_counts(&mut self, pc: PassCounts, weight_bytes_per_token: u64) {
+        if pc.token.dispatches == 0 {
+            return;
+        }
+        self.dispatches_per_token = Some(pc.token.dispatches);
+        self.submits_per_token = Some(pc.token.submits());
+        self.reads_per_token = Some(pc.token.reads);
+        self.dispatches_per_question = pc.question.as_ref().map(|c| c.dispatches);
+        self.dispatches_per_question_batched = pc
+            .batched
+            .as_ref()
+            .map(|c| c.dispatches as f64 / pc.questions.max(1) as f64);
+        self.dispatches_per_image = pc.image.as_ref().map(|c| c.dispatches);
+        self.weight_bytes_per_token = Some(weight_bytes_per_token);
+        self.counts = Some(pc);
+    }
+}
+
 /// Runs the harness (needs a vision tower).
 pub async fn run(
     model: &Model,
@@ -366,6 +508,10 @@ pub async fn run(
 
     let Some((pixels, _)) = image else {
         r.peak_device_bytes = peak;
+        r.set_counts(
+            count_passes(model, opts.questions).await?,
+            model.decoder.weight_bytes_per_token(),
+        );
         return Ok(r);
     };
 
@@ -417,5 +563,9 @@ pub async fn run(
     r.official_tokens = out.len() as f64;
     sample(model);
     r.peak_device_bytes = peak;
+    r.set_counts(
+        count_passes(model, opts.questions).await?,
+        model.decoder.weight_bytes_per_token(),
+    );
     Ok(r)
 }

@@ -8,6 +8,7 @@ pub mod digest;
 pub mod eval;
 pub mod gguf;
 pub mod image;
+pub mod launches;
 pub mod model;
 pub mod pair;
 pub mod quant;

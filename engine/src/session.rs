@@ -491,6 +491,7 @@ impl<'m> Session<'m> {
 
 /// A small u32 tensor's values on the host.
 async fn read_u32(t: Tensor<1, Int>) -> Result<Vec<u32>, ModelError> {
+    crate::launches::note_read();
     t.into_data_async()
         .await
         .map_err(|e| ModelError::Readback(format!("{e:?}")))?

@@ -3,7 +3,7 @@
 
 mod common;
 
-use rexvqa_engine::bench::{BenchOptions, run};
+use rexvqa_engine::bench::{BenchOptions, count_passes, count_passes_now, run};
 use rexvqa_engine::device;
 use rexvqa_engine::eval::Clock;
 use rexvqa_engine::gguf::FileSource;
@@ -18,6 +18,10 @@ impl Clock for Wall {
 }
 
 fn model(with_mmproj: bool) -> Model {
+    model_on(with_mmproj, &device::cpu())
+}
+
+fn model_on(with_mmproj: bool, dev: &rexvqa_engine::device::Device) -> Model {
     let golden = common::golden_json_gz("tiny_tiny-q8_0.json.gz");
     let (text, mmproj) = common::tiny_pair(&golden);
     let t = FileSource::open(text).unwrap();
@@ -25,7 +29,7 @@ fn model(with_mmproj: bool) -> Model {
     pollster::block_on(Model::load(
         &t,
         with_mmproj.then_some(&v),
-        &device::cpu(),
+        dev,
         &LoadOptions::default(),
         &mut |_| {},
     ))
@@ -82,6 +86,8 @@ fn every_figure_is_measured_with_the_mmproj() {
     // The CPU backend reports no device memory.
     assert_eq!(r.peak_device_bytes, None);
     assert_eq!(r.adapter, None, "the CPU has no adapter");
+    // Nor dispatches: nothing launches through CubeCL there.
+    assert_eq!((r.dispatches_per_token, r.counts.is_none()), (None, true));
 }
 
 #[test]
@@ -156,4 +162,37 @@ fn the_cli_reports_load_only_and_checks_survey_shapes() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--cols 100"));
+}
+
+/// The dispatch counts come from a dry run (launches compiled and counted, not executed), which
+/// is only right if nothing counted depends on a computed value: it must count exactly what
+/// the same passes issue when they run.
+#[test]
+fn dry_runs_count_what_real_runs_do() {
+    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let m = model_on(true, &dev);
+    let real = pollster::block_on(count_passes_now(&m, 2)).unwrap();
+    let dry = pollster::block_on(count_passes(&m, 2)).unwrap();
+    assert!(real.token.dispatches > 0 && real.token.reads == 1);
+    for (pass, d, r) in [
+        ("token", Some(&dry.token), Some(&real.token)),
+        ("image", dry.image.as_ref(), real.image.as_ref()),
+        (
+            "first question",
+            dry.first_question.as_ref(),
+            real.first_question.as_ref(),
+        ),
+        ("question", dry.question.as_ref(), real.question.as_ref()),
+        ("batched", dry.batched.as_ref(), real.batched.as_ref()),
+    ] {
+        let (d, r) = (d.unwrap(), r.unwrap());
+        assert!(
+            d == r,
+            "{pass}: dry run {}, real run {}\ndry {:?}\nreal {:?}",
+            d.dispatches,
+            r.dispatches,
+            d.by_kernel,
+            r.by_kernel
+        );
+    }
 }

@@ -224,6 +224,19 @@ mod model_in_browser {
         .await
         .unwrap();
         let (gpu_letters, gpu_logits, ids) = run(&on_gpu).await;
+        // Dispatch counting works in the browser (the Benchmark card's figures), and its dry
+        // run counts what the same passes issue when they run.
+        let real = rexvqa_engine::bench::count_passes_now(&on_gpu, 2)
+            .await
+            .unwrap();
+        let dry = rexvqa_engine::bench::count_passes(&on_gpu, 2)
+            .await
+            .unwrap();
+        assert!(real.token.dispatches > 0 && real.token.reads == 1);
+        assert_eq!(
+            (&dry.token, &dry.question, &dry.image),
+            (&real.token, &real.question, &real.image)
+        );
         let on_cpu = Model::load(
             &text,
             Some(&mmproj),

@@ -57,11 +57,51 @@ fn rows(json: &str) -> Vec<(String, String)> {
             format!("{:.0}", num(&v["wasm_heap_bytes"]) / 1e6),
         ),
     ]);
-    // GPU backends only: the CPU path has no device memory to report.
+    // GPU backends only: the CPU path has no device memory to report, and no dispatches.
     if let Some(b) = r["peak_device_bytes"].as_f64() {
         out.push(("GPU memory, peak (MB)".into(), format!("{:.0}", b / 1e6)));
     }
+    out.extend(dispatch_rows(r));
     out
+}
+
+/// Dispatch counts (GPU backends): per decoded token with its submissions and reads, per fast
+/// question, per image, and the weight bytes a token must read (the physical minimum).
+fn dispatch_rows(r: &serde_json::Value) -> Vec<(String, String)> {
+    let Some(token) = r["dispatches_per_token"].as_u64() else {
+        return Vec::new();
+    };
+    let int = |x: &serde_json::Value| x.as_u64().map_or("–".into(), |n| n.to_string());
+    vec![
+        (
+            "GPU dispatches per token (submits, reads)".into(),
+            format!(
+                "{token} ({}, {})",
+                int(&r["submits_per_token"]),
+                int(&r["reads_per_token"])
+            ),
+        ),
+        (
+            "GPU dispatches per fast question (batched)".into(),
+            format!(
+                "{} ({})",
+                int(&r["dispatches_per_question"]),
+                r["dispatches_per_question_batched"]
+                    .as_f64()
+                    .map_or("–".into(), |n| format!("{n:.0}"))
+            ),
+        ),
+        (
+            "GPU dispatches per image".into(),
+            int(&r["dispatches_per_image"]),
+        ),
+        (
+            "weight bytes per token (MB)".into(),
+            r["weight_bytes_per_token"]
+                .as_f64()
+                .map_or("–".into(), |b| format!("{:.1}", b / 1e6)),
+        ),
+    ]
 }
 
 /// The backend, and on a GPU the adapter and the features its kernels could use.

@@ -170,6 +170,11 @@ enum Command {
         /// for a model too large to run on a software adapter.
         #[arg(long)]
         load_only: bool,
+        /// Only load the model and count the kernel dispatches, reads and uploads of one
+        /// decoded token, fast-mode questions and one image encode (a dry run: launches are
+        /// compiled and counted, not executed), with the weight bytes a token reads.
+        #[arg(long, conflicts_with = "load_only")]
+        counts_only: bool,
         /// Write the JSON here too.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -670,6 +675,7 @@ fn run(cli: Cli) -> Result<(), String> {
             official_max_tokens,
             kernel_rows,
             load_only,
+            counts_only,
             out,
         } => {
             let kernel_rows = kernel_rows
@@ -688,6 +694,25 @@ fn run(cli: Cli) -> Result<(), String> {
                 serde_json::json!({
                     "device_bytes_after_load": rexvqa_engine::bench::device_bytes(&model),
                     "adapter": device::adapter(model.device()),
+                })
+            } else if counts_only {
+                let pc = pollster::block_on(rexvqa_engine::bench::count_passes(&model, 4))
+                    .map_err(|e| e.to_string())?;
+                let mut r = rexvqa_engine::bench::BenchReport {
+                    adapter: device::adapter(model.device()),
+                    ..Default::default()
+                };
+                r.set_counts(pc, model.decoder.weight_bytes_per_token());
+                serde_json::json!({
+                    "dispatches_per_token": r.dispatches_per_token,
+                    "submits_per_token": r.submits_per_token,
+                    "reads_per_token": r.reads_per_token,
+                    "dispatches_per_question": r.dispatches_per_question,
+                    "dispatches_per_question_batched": r.dispatches_per_question_batched,
+                    "dispatches_per_image": r.dispatches_per_image,
+                    "weight_bytes_per_token": r.weight_bytes_per_token,
+                    "counts": r.counts,
+                    "adapter": r.adapter,
                 })
             } else {
                 let opts = rexvqa_engine::bench::BenchOptions {

@@ -457,6 +457,7 @@ impl Decoder {
                 .map(|(r, spans)| {
                     let n = r.len();
                     let m = mask_values(q0, n, spans, w);
+                    crate::launches::note_upload();
                     let m = Tensor::<2>::from_data(TensorData::new(m, [n, q0 + n]), &self.device);
                     (r.clone(), m)
                 })
@@ -525,6 +526,7 @@ impl Decoder {
         let last = hidden.slice([t - 1..t, 0..self.cfg.hidden]);
         let logits = super::nn::read_f32(self.logits(last)).await?;
         let id = crate::session::argmax(&logits) as u32;
+        crate::launches::note_upload();
         Ok(Tensor::<1, Int>::from_data(
             TensorData::new(vec![id], [1]),
             (&self.device, burn::tensor::DType::U32),
@@ -540,6 +542,19 @@ impl Decoder {
     /// Device the weights live on.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Packed weight bytes one decoded token reads: every layer's matrices and the whole tied
+    /// head (greedy decoding scores every vocabulary row).
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        let bytes = |m: &QMatrix| m.ty.bytes_for((m.rows * m.cols) as u64).unwrap_or(0);
+        bytes(&self.token_embd)
+            + self
+                .layers
+                .iter()
+                .flat_map(|l| l.matrices())
+                .map(|(_, m)| bytes(m))
+                .sum::<u64>()
     }
 
     /// The distinct weight matrices of one layer and the tied head, by GGUF name (layers share

@@ -58,6 +58,9 @@ pub fn rope_tables(
         }
     }
     let shape = [positions.len(), 1, half];
+    // cos and sin: two uploads per forward.
+    crate::launches::note_upload();
+    crate::launches::note_upload();
     (
         Tensor::from_data(TensorData::new(cos, shape), device),
         Tensor::from_data(TensorData::new(sin, shape), device),
@@ -77,6 +80,7 @@ pub fn apply_rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
 
 /// Reads a tensor back to the host (async: the only way that works in a browser).
 pub async fn read_f32<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>, super::ModelError> {
+    crate::launches::note_read();
     t.into_data_async()
         .await
         .map_err(|e| super::ModelError::Readback(format!("{e:?}")))?

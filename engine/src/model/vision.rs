@@ -255,6 +255,7 @@ impl Vision {
         }
         let side = c.patches_per_side();
         let patch_len = 3 * c.patch_size * c.patch_size;
+        crate::launches::note_upload();
         let patches = Tensor::<2>::from_data(
             TensorData::new(self.patches(pixels), [side * side, patch_len]),
             &self.device,

@@ -759,6 +759,7 @@ impl QMatrix {
     /// Rows `ids` dequantised: `[ids.len(), cols]`. Ids must be `< rows`.
     pub fn gather(&self, ids: &[u32]) -> Tensor<2> {
         let device = self.chunks[0].words.device();
+        crate::launches::note_upload();
         self.gather_device(u32_tensor(ids.to_vec(), &device))
     }
 
