@@ -21,6 +21,7 @@
 //! first-use compilation this saves later (the kernels are the same, the shapes differ).
 
 pub mod attention;
+pub mod rows;
 
 use burn::tensor::{Device, Int, Tensor};
 
@@ -31,7 +32,7 @@ use crate::model::ModelError;
 use crate::model::config::TextConfig;
 use crate::model::decoder::Decoder;
 use crate::model::load::Loader;
-use crate::model::{fused, synthetic};
+use crate::model::{decode_attention, fused, synthetic};
 use crate::pair::PairHeaders;
 use crate::quant::conformance::{Measured, gather_error, matmul_error};
 use crate::quant::forms::{self, Disabled, Form};
@@ -83,7 +84,8 @@ impl Plan {
 /// One check's outcome.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Check {
-    /// What was checked (`matmul.gemv_subgroup.q4_k`, `attention.fused.d72`, `forward.tiny`).
+    /// What was checked (`matmul.gemv_subgroup.q4_k`, `attention.fused.d72`, `fused.rms_norm`,
+    /// `forward.tiny`).
     pub name: String,
     /// The form it decides on; none for operations every model needs (gathers, blocked
     /// attention, the forward), whose failure makes the device unusable.
@@ -291,6 +293,10 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
         if gpu && d <= fused::MAX_HEAD_DIM {
             paths.push((attention::Path::Fused, Some(Form::FusedAttention)));
         }
+        // Also where the fused kernel takes the width: it replaces that one when turned off.
+        if gpu && d <= decode_attention::MAX_HEAD_DIM {
+            paths.push((attention::Path::Decode, Some(Form::DecodeAttention)));
+        }
         for (path, form) in paths {
             let r = attention::max_error_vs_f64(device, shape, Some(16), seed, path)
                 .await
@@ -302,6 +308,21 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
                 .map_err(|e| e.to_string());
             let name = format!("attention.{}.d{d}", format!("{path:?}").to_lowercase());
             timed(&mut checks, check(name, form, r));
+        }
+    }
+    // The fused row kernels (norms, RoPE, GELU); the CPU composes burn ops instead.
+    if gpu {
+        for (i, (op, shape)) in rows::SELFTEST_CASES.into_iter().enumerate() {
+            let r = rows::max_error_vs_f64(device, op, shape, 200 + i as u64, rows::Path::Fused)
+                .await
+                .map(|e| Measured {
+                    max_error: e,
+                    bound: rows::TOLERANCE,
+                    detail: format!("{shape:?}"),
+                })
+                .map_err(|e| e.to_string());
+            let name = format!("fused.{}", op.name());
+            timed(&mut checks, check(name, Some(op.form()), r));
         }
     }
     turn_off_failed(&checks);

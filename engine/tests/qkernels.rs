@@ -6,6 +6,8 @@ mod fused_attention;
 use rexvqa_engine::device;
 use rexvqa_engine::quant::conformance::{cases, check_half_forms_agree, check_matmul};
 use rexvqa_engine::quant::ops::{Half, Kernel, allow_software_subgroups, native_half_exact};
+use rexvqa_engine::selftest::attention::{self, DECODE_CASES};
+use rexvqa_engine::selftest::rows;
 
 /// The wgpu device, with the subgroup kernel allowed on a software adapter (lavapipe has
 /// subgroups; cubecl does not advertise them there), so that it is tested off a GPU too. Every
@@ -103,6 +105,52 @@ fn wgpu_fused_attention_matches_an_f64_evaluation() {
             err < fused_attention::TOLERANCE,
             "{shape:?} window {window:?}: max |Δ| {err:e}"
         );
+    }
+}
+
+#[test]
+fn wgpu_decode_attention_matches_an_f64_evaluation() {
+    let dev = gpu();
+    for (i, (shape, window)) in DECODE_CASES.into_iter().enumerate() {
+        let err = pollster::block_on(attention::max_error_vs_f64(
+            &dev,
+            shape,
+            window,
+            i as u64,
+            attention::Path::Decode,
+        ))
+        .unwrap();
+        eprintln!("decode attention {shape:?} window {window:?}: max |Δ| {err:.2e}");
+        assert!(
+            err < fused_attention::TOLERANCE,
+            "{shape:?} window {window:?}: max |Δ| {err:e}"
+        );
+    }
+}
+
+/// Every fused row kernel, the composed burn ops it replaces on the same device, and the
+/// composed ops on the CPU, each against an f64 evaluation of the same inputs.
+#[test]
+fn wgpu_fused_row_kernels_and_their_composed_forms_match_an_f64_evaluation() {
+    let dev = gpu();
+    let cpu = device::cpu();
+    for (i, (op, shape)) in rows::CASES.into_iter().enumerate() {
+        let seed = i as u64;
+        let err = |d, path| pollster::block_on(rows::max_error_vs_f64(d, op, shape, seed, path));
+        let fused = err(&dev, rows::Path::Fused).unwrap();
+        let composed = err(&dev, rows::Path::Composed).unwrap();
+        let on_cpu = err(&cpu, rows::Path::Composed).unwrap();
+        eprintln!(
+            "{} {shape:?}: fused {fused:.2e}, composed {composed:.2e}, CPU {on_cpu:.2e}",
+            op.name()
+        );
+        for (path, e) in [("fused", fused), ("composed", composed), ("CPU", on_cpu)] {
+            assert!(
+                e < rows::TOLERANCE,
+                "{} {shape:?} {path}: error {e:e}",
+                op.name()
+            );
+        }
     }
 }
 

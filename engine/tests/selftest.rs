@@ -17,6 +17,14 @@ use rexvqa_engine::selftest::{self, Plan, Report};
 /// The disabled forms and injected faults are process-wide: tests that touch them take turns.
 static FORMS: Mutex<()> = Mutex::new(());
 
+/// The forms of the fused row kernels (norms, RoPE, GELU).
+const ROW_FORMS: [Form; 4] = [
+    Form::FusedNorm,
+    Form::FusedRope,
+    Form::FusedGelu,
+    Form::FusedLayerNorm,
+];
+
 struct Wall(Instant);
 
 impl Clock for Wall {
@@ -87,6 +95,12 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
         "gather.q6_k",
         "attention.fused.d72",
         "attention.blocked.d256",
+        "attention.decode.d256",
+        "attention.decode.d72",
+        "fused.add_rms_norm",
+        "fused.rms_norm_rope",
+        "fused.gelu_mul",
+        "fused.layer_norm",
         "forward.tiny",
         "argmax",
     ] {
@@ -98,9 +112,10 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
 }
 
 /// A wrong result from the form the automatic choice takes on lavapipe for decoding (naive),
-/// from the fused attention kernel and from the device argmax: each is caught and turned off
-/// with the reason, and the tiny model's forward, now through gemv and blocked attention,
-/// still matches the CPU.
+/// from the fused and decode attention kernels, from every fused row kernel and from the device
+/// argmax:
+/// each is caught and turned off with the reason, and the tiny model's forward, now through
+/// gemv, blocked attention and composed norms, still matches the CPU.
 #[test]
 fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
@@ -108,20 +123,38 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     assert_eq!(resolve(&dev, Kernel::Auto, 1), Kernel::Naive);
     forms::inject_fault(Form::Naive);
     forms::inject_fault(Form::FusedAttention);
+    forms::inject_fault(Form::DecodeAttention);
+    for f in ROW_FORMS {
+        forms::inject_fault(f);
+    }
     forms::inject_fault(Form::DeviceArgmax);
     let r = run(&dev, &medgemma_plan());
     forms::clear_faults();
     let now = resolve(&dev, Kernel::Auto, 1);
-    let fused_on = forms::enabled(Form::FusedAttention);
+    let fused_on = forms::enabled(Form::FusedAttention) || forms::enabled(Form::DecodeAttention);
+    let rows_on = ROW_FORMS.map(forms::enabled);
     let argmax_on = forms::enabled(Form::DeviceArgmax);
     forms::reset();
 
     let off: Vec<Form> = r.disabled.iter().map(|d| d.form).collect();
     assert_eq!(
         off,
-        [Form::Naive, Form::FusedAttention, Form::DeviceArgmax],
+        [
+            Form::Naive,
+            Form::DecodeAttention,
+            Form::FusedAttention,
+            Form::FusedNorm,
+            Form::FusedRope,
+            Form::FusedLayerNorm,
+            Form::FusedGelu,
+            Form::DeviceArgmax
+        ],
         "{}",
         r.verdict()
+    );
+    assert_eq!(
+        rows_on, [false; 4],
+        "the composed ops replace the fused ones"
     );
     assert!(
         r.disabled[0]
@@ -132,6 +165,8 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     );
     assert!(
         failed(&r).iter().all(|n| n.starts_with("matmul.naive.")
+            || n.starts_with("fused.")
+            || n.starts_with("attention.decode.")
             || *n == "attention.fused.d72"
             || *n == "argmax"),
         "{:?}",
@@ -278,7 +313,7 @@ fn the_cli_on_wgpu_passes_on_lavapipe_and_fails_with_an_injected_fault() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tiled matmul turned off"), "{stderr}");
     assert!(
-        stderr.contains("9 of 48 self-test checks failed"),
+        stderr.contains("9 of 56 self-test checks failed"),
         "{stderr}"
     );
 }

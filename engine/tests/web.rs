@@ -84,6 +84,7 @@ mod model_in_browser {
     use rexvqa_engine::quant::conformance::{cases, check_matmul};
     use rexvqa_engine::quant::ops::{Half, Kernel};
     use rexvqa_engine::rexvqa::{Letter, prompt};
+    use rexvqa_engine::selftest::rows;
     use rexvqa_engine::session::{LoadOptions, Model, Session};
     use wasm_bindgen_test::*;
 
@@ -164,6 +165,41 @@ mod model_in_browser {
                 err < fused_attention::TOLERANCE,
                 "{shape:?} window {window:?}: max |Δ| {err:e}"
             );
+        }
+    }
+
+    #[wasm_bindgen_test]
+    async fn decode_attention_matches_an_f64_evaluation_on_webgpu() {
+        use rexvqa_engine::selftest::attention::{self, DECODE_CASES, Path};
+        let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        for (i, (shape, window)) in DECODE_CASES.into_iter().enumerate() {
+            let err = attention::max_error_vs_f64(&dev, shape, window, i as u64, Path::Decode)
+                .await
+                .unwrap();
+            assert!(
+                err < attention::TOLERANCE,
+                "{shape:?} window {window:?}: max |Δ| {err:e}"
+            );
+        }
+    }
+
+    /// Every fused row kernel and the composed burn ops it replaces, on WebGPU, against an
+    /// f64 evaluation (the native test adds the CPU).
+    #[wasm_bindgen_test]
+    async fn fused_row_kernels_and_their_composed_forms_match_an_f64_evaluation_on_webgpu() {
+        let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        for (i, (op, shape)) in rows::CASES.into_iter().enumerate() {
+            for path in [rows::Path::Fused, rows::Path::Composed] {
+                let err = rows::max_error_vs_f64(&dev, op, shape, i as u64, path)
+                    .await
+                    .unwrap();
+                wasm_bindgen_test::console_log!("{} {shape:?} {path:?}: {err:.2e}", op.name());
+                assert!(
+                    err < rows::TOLERANCE,
+                    "{} {shape:?} {path:?}: error {err:e}",
+                    op.name()
+                );
+            }
         }
     }
 

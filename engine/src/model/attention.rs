@@ -1,5 +1,5 @@
-//! Scaled dot-product attention: the dispatch between the fused GPU kernel ([`super::fused`])
-//! and blocked GEMMs (the CPU), GQA head expansion, and the decoder's segmented form in which
+//! Scaled dot-product attention: the dispatch between the fused GPU kernels ([`super::fused`],
+//! [`super::decode_attention`]) and blocked GEMMs (the CPU), GQA head expansion, and the decoder's segmented form in which
 //! several independent continuations of one cache share a pass.
 
 use std::ops::Range;
@@ -7,14 +7,15 @@ use std::ops::Range;
 use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
 
-use super::fused;
+use super::{decode_attention, fused};
 
 /// Rows of queries processed at once in attention, so the score matrix of one block stays
 /// well under a storage-buffer binding (128 MiB on many WebGPU adapters).
 const SCORE_BLOCK_BYTES: usize = 32 << 20;
 
-/// Scaled dot-product attention with an optional additive mask: the fused kernel on GPU
-/// devices, blocked GEMMs on the CPU.
+/// Scaled dot-product attention with an optional additive mask: on GPU devices the fused
+/// kernel (heads up to 128 wide), else the decode kernel (a few rows, heads up to 256 wide);
+/// blocked GEMMs on the CPU and for the rest.
 ///
 /// # Shapes
 /// - `q`: `[heads, t, d]`, `k`, `v`: `[heads / groups, s, d]`
@@ -28,8 +29,12 @@ pub fn attention(
     groups: usize,
     scale: f32,
 ) -> Tensor<3> {
-    if fused::is_supported(&q.device(), q.dims()[2]) {
+    let [_, t, d] = q.dims();
+    if fused::is_supported(&q.device(), d) {
         return fused::attention(q, k, v, mask, groups, scale);
+    }
+    if decode_attention::is_supported(&q.device(), t, d) {
+        return decode_attention::attention(q, k, v, mask, groups, scale);
     }
     blocked_attention(q, expand_kv(k, groups), expand_kv(v, groups), mask, scale)
 }

@@ -12,7 +12,7 @@ use super::config::TextConfig;
 use super::kv_cache::KvCache;
 use super::load::Loader;
 use super::names::{self, Block, blk};
-use super::nn::{apply_rope, gelu_tanh, rms_norm, rope_tables};
+use super::nn::{add_rms_norm, gelu_mul, rms_norm, rms_norm_rope, rope_tables};
 use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
 use crate::quant::forms::{self, Form};
@@ -125,7 +125,7 @@ impl Attention {
         let heads = |m: &QMatrix, n: usize, norm: Option<&Tensor<1>>| {
             let y = m.matmul(xn.clone()).reshape([t, n, c.head_dim]);
             match norm {
-                Some(w) => apply_rope(rms_norm(y, w, c.eps), &p.rope.0, &p.rope.1),
+                Some(w) => rms_norm_rope(y, w, &p.rope.0, &p.rope.1, c.eps),
                 None => y,
             }
         };
@@ -161,7 +161,7 @@ impl Mlp {
 
     /// `[t, hidden]` → `[t, hidden]`.
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let gated = gelu_tanh(self.ffn_gate.matmul(x.clone())) * self.ffn_up.matmul(x);
+        let gated = gelu_mul(self.ffn_gate.matmul(x.clone()), self.ffn_up.matmul(x));
         self.ffn_down.matmul(gated)
     }
 }
@@ -201,10 +201,10 @@ impl Layer {
         tr.tap(Tap::layer(trace::ATTN_NORM, i), &xn);
         let a = self.attn.forward(xn, p, cache);
         tr.tap(Tap::layer(trace::ATTN_OUT, i), &a);
-        let h = x + rms_norm(a, &self.post_attention_norm, eps);
+        let h = add_rms_norm(x, a, &self.post_attention_norm, eps);
         let f = self.ffn.forward(rms_norm(h.clone(), &self.ffn_norm, eps));
         tr.tap(Tap::layer(trace::FFN_OUT, i), &f);
-        let out = h + rms_norm(f, &self.post_ffw_norm, eps);
+        let out = add_rms_norm(h, f, &self.post_ffw_norm, eps);
         tr.tap(Tap::layer(trace::L_OUT, i), &out);
         out
     }

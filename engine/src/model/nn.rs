@@ -1,18 +1,69 @@
 //! Small numeric building blocks shared by the decoder and the vision tower, each matching
 //! its transformers counterpart operation for operation.
+//!
+//! Each building block has a composed form (burn ops, the CPU's path and the reference) and,
+//! on GPU devices, a fused kernel ([`super::fused_rows`]) that computes the same formula in
+//! one dispatch; the plain names choose between them (the fused one unless the device
+//! self-test turned its form off).
 
 use burn::tensor::{Tensor, TensorData};
+
+use super::fused_rows;
+use crate::quant::forms::Form;
 
 /// Gemma RMSNorm over the last dimension: `x / sqrt(mean(x²) + eps) · w`, where `w` already
 /// holds HF's `1 + weight` (folded in by the GGUF converter).
 pub fn rms_norm<const D: usize>(x: Tensor<D>, w: &Tensor<1>, eps: f32) -> Tensor<D> {
+    if fused_rows::is_supported(&x.device(), Form::FusedNorm) {
+        return fused_rows::rms_norm(x, w, None, eps);
+    }
+    rms_norm_composed(x, w, eps)
+}
+
+/// `residual + rms_norm(x, w)`: Gemma's post-attention and post-FFW sandwich norms.
+pub fn add_rms_norm<const D: usize>(
+    residual: Tensor<D>,
+    x: Tensor<D>,
+    w: &Tensor<1>,
+    eps: f32,
+) -> Tensor<D> {
+    if fused_rows::is_supported(&x.device(), Form::FusedNorm) {
+        return fused_rows::rms_norm(x, w, Some(residual), eps);
+    }
+    residual + rms_norm_composed(x, w, eps)
+}
+
+/// [`rms_norm`] as burn ops.
+pub fn rms_norm_composed<const D: usize>(x: Tensor<D>, w: &Tensor<1>, eps: f32) -> Tensor<D> {
     let ms = x.clone().powi_scalar(2).mean_dim(D - 1);
     let normed = x * ms.add_scalar(eps).sqrt().recip();
     normed * w.clone().unsqueeze::<D>()
 }
 
+/// Per-head q/k RMSNorm then NEOX RoPE: `x [t, heads, d]`, tables of [`rope_tables`].
+pub fn rms_norm_rope(
+    x: Tensor<3>,
+    w: &Tensor<1>,
+    cos: &Tensor<3>,
+    sin: &Tensor<3>,
+    eps: f32,
+) -> Tensor<3> {
+    if fused_rows::is_supported(&x.device(), Form::FusedRope) {
+        return fused_rows::rms_norm_rope(x, w, cos, sin, eps);
+    }
+    apply_rope(rms_norm_composed(x, w, eps), cos, sin)
+}
+
 /// LayerNorm over the last dimension with weight and bias (SigLIP).
 pub fn layer_norm(x: Tensor<2>, w: &Tensor<1>, b: &Tensor<1>, eps: f32) -> Tensor<2> {
+    if fused_rows::is_supported(&x.device(), Form::FusedLayerNorm) {
+        return fused_rows::layer_norm(x, w, b, eps);
+    }
+    layer_norm_composed(x, w, b, eps)
+}
+
+/// [`layer_norm`] as burn ops.
+pub fn layer_norm_composed(x: Tensor<2>, w: &Tensor<1>, b: &Tensor<1>, eps: f32) -> Tensor<2> {
     let mean = x.clone().mean_dim(1);
     let centered = x - mean;
     let var = centered.clone().powi_scalar(2).mean_dim(1);
@@ -22,6 +73,22 @@ pub fn layer_norm(x: Tensor<2>, w: &Tensor<1>, b: &Tensor<1>, eps: f32) -> Tenso
 
 /// GELU with the tanh approximation (PyTorch `gelu(approximate="tanh")`, `gelu_pytorch_tanh`).
 pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if fused_rows::is_supported(&x.device(), Form::FusedGelu) {
+        return fused_rows::gelu(x, None);
+    }
+    gelu_tanh_composed(x)
+}
+
+/// `gelu_tanh(gate) · up`: Gemma's gated MLP.
+pub fn gelu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
+    if fused_rows::is_supported(&gate.device(), Form::FusedGelu) {
+        return fused_rows::gelu(gate, Some(up));
+    }
+    gelu_tanh_composed(gate) * up
+}
+
+/// [`gelu_tanh`] as burn ops.
+pub fn gelu_tanh_composed<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     // tanh is ±1 in f32 beyond |9.02|, so clamping first changes no result; SwiftShader's tanh
     // returns NaN past ~44 (exp overflow), which FFN gate values above ~9.5 reach (found by the

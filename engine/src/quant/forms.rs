@@ -1,8 +1,9 @@
 //! The kernel forms the automatic choices pick from, and the process-wide set of forms the
 //! device self-test ([`crate::selftest`]) turned off. A form that gave a wrong result on this
 //! adapter is skipped by every automatic choice ([`super::ops::Kernel::Auto`], [`super::ops::Half::Auto`],
-//! fused attention, device argmax), which then takes the next form in its order of preference;
-//! explicitly requested forms still run (tests and benchmarks name them on purpose).
+//! fused attention, the fused row kernels, device argmax), which then takes the next form in its
+//! order of preference; explicitly requested forms still run (tests and benchmarks name them on
+//! purpose).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -27,11 +28,23 @@ pub enum Form {
     FusedAttention,
     /// burn's argmax on the device in greedy decoding; the host argmax replaces it.
     DeviceArgmax,
+    /// The fused RMSNorm kernel, alone or added to a residual ([`crate::model::fused_rows`]);
+    /// composed burn ops replace it.
+    FusedNorm,
+    /// The fused q/k RMSNorm + RoPE kernel; composed burn ops replace it.
+    FusedRope,
+    /// The fused GELU-tanh(gate)·up kernel; composed burn ops replace it.
+    FusedGelu,
+    /// The fused LayerNorm kernel (vision tower); composed burn ops replace it.
+    FusedLayerNorm,
+    /// The decode attention kernel ([`crate::model::decode_attention`]); the blocked path
+    /// replaces it.
+    DecodeAttention,
 }
 
 impl Form {
     /// Every form.
-    pub const ALL: [Form; 7] = [
+    pub const ALL: [Form; 12] = [
         Form::Naive,
         Form::Gemv,
         Form::GemvSubgroup,
@@ -39,6 +52,11 @@ impl Form {
         Form::NativeHalf,
         Form::FusedAttention,
         Form::DeviceArgmax,
+        Form::FusedNorm,
+        Form::FusedRope,
+        Form::FusedGelu,
+        Form::FusedLayerNorm,
+        Form::DecodeAttention,
     ];
 
     fn bit(self) -> u32 {
@@ -55,6 +73,11 @@ impl Form {
             Form::NativeHalf => "native f16",
             Form::FusedAttention => "fused attention",
             Form::DeviceArgmax => "device argmax",
+            Form::FusedNorm => "fused RMSNorm",
+            Form::FusedRope => "fused q/k norm + RoPE",
+            Form::FusedGelu => "fused GELU",
+            Form::FusedLayerNorm => "fused LayerNorm",
+            Form::DecodeAttention => "decode attention",
         }
     }
 }

@@ -6,8 +6,8 @@ use burn::tensor::{Tensor, TensorData};
 
 use crate::model::ModelError;
 use crate::model::attention::{blocked_attention, expand_kv};
-use crate::model::fused;
 use crate::model::nn::read_f32;
+use crate::model::{decode_attention, fused};
 
 /// `(heads, groups, t, s, d)`: query heads, query heads per KV head, queries, keys, head size.
 pub type Shape = (usize, usize, usize, usize, usize);
@@ -17,6 +17,8 @@ pub type Shape = (usize, usize, usize, usize, usize);
 pub enum Path {
     /// The fused kernel ([`fused::attention`], GPU only).
     Fused,
+    /// The decode kernel ([`decode_attention::attention`], GPU only).
+    Decode,
     /// Materialised scores ([`blocked_attention`], every device).
     Blocked,
 }
@@ -31,6 +33,17 @@ pub const CASES: [(Shape, Option<usize>); 6] = [
     ((2, 2, 33, 33, 128), Some(33)),
     ((3, 1, 65, 130, 48), None),
     ((1, 1, 130, 4096, 48), None),
+];
+
+/// Decode kernel cases: Gemma 3's decoder width with grouped heads and a window, several
+/// rows over keys not a multiple of the 256-key chunk, a width under the workgroup, a row that
+/// sees one key, and a long cache (many chunks).
+pub const DECODE_CASES: [(Shape, Option<usize>); 5] = [
+    ((8, 2, 1, 97, 256), Some(1000)),
+    ((4, 4, 3, 300, 256), Some(40)),
+    ((2, 1, 8, 600, 160), None),
+    ((4, 2, 1, 1, 256), Some(1)),
+    ((2, 2, 2, 4096, 256), None),
 ];
 
 /// Largest accepted difference from the f64 evaluation: f32 dot products of ≤128 terms and
@@ -79,6 +92,7 @@ pub async fn max_error_vs_f64(
     );
     let out = match path {
         Path::Fused => fused::attention(qt, kt, vt, mask_t, groups, scale),
+        Path::Decode => decode_attention::attention(qt, kt, vt, mask_t, groups, scale),
         Path::Blocked => blocked_attention(
             qt,
             expand_kv(kt, groups),

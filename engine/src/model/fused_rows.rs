@@ -1,0 +1,505 @@
+//! Fused row-wise kernels for the GPU backends: RMSNorm (alone, added to a residual, or
+//! followed by RoPE), LayerNorm and GELU-tanh(gate)·up, each one dispatch.
+//!
+//! Why: burn runs here without its fusion backend, so every elementwise op is a dispatch of its
+//! own; a composed RMSNorm is seven (square, mean, add, sqrt, recip, two products), RoPE after
+//! it eight more, GELU·up ten. A decoder layer made ~100 dispatches per decoded token, most of
+//! them on a handful of floats, so launch overhead (large in a browser) dominated decoding.
+//!
+//! Each norm kernel gives one workgroup to one row: the invocations stride over the row summing
+//! squares, reduce through workgroup memory, then write the row. Every formula is the one of
+//! its composed counterpart in [`super::nn`], in the same order, in f32; only the summation
+//! order of the reductions differs. The CPU keeps the composed path.
+
+use burn::backend::backend_extension;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Dispatch, Flex};
+use burn::tensor::{DType, Tensor as BurnTensor};
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
+
+use crate::quant::forms::{self, Form};
+
+/// Invocations per row (WebGPU guarantees 256 per workgroup); a power of two for the tree.
+pub(crate) const ROW_THREADS: u32 = 256;
+
+/// Invocations per workgroup of the elementwise GELU kernel.
+const ELEMENT_THREADS: u32 = 256;
+
+/// `√(2/π)` and the cubic coefficient of the tanh approximation (as in [`super::nn::gelu_tanh`]).
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_CUBIC: f32 = 0.044_715;
+/// tanh is ±1 in f32 beyond |9.02|; SwiftShader's tanh returns NaN past ~44 (see
+/// [`super::nn::gelu_tanh`]), so the argument is clamped first, as there.
+const TANH_SATURATED: f32 = 10.0;
+
+/// The sum of `partial` over the workgroup, returned to every invocation: a tree in workgroup
+/// memory (1 KiB), `CUBE_DIM_X` a power of two of at most [`ROW_THREADS`]. A caller that calls
+/// it again from the same call site (in a loop) must pass a barrier in between: the next call
+/// overwrites the slot the last one read.
+#[cube]
+pub(crate) fn workgroup_sum(partial: f32) -> f32 {
+    let lane = UNIT_POS_X as usize;
+    let mut sums = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    sums[lane] = partial;
+    sync_cube();
+    // From the runtime CUBE_DIM_X: a constant initialiser would be folded into a comptime value
+    // that a runtime loop cannot mutate (see quant::kernels::qgemv_kernel).
+    let mut stride = (CUBE_DIM_X / 2) as usize;
+    while stride > 0 {
+        if lane < stride {
+            let v = sums[lane] + sums[lane + stride];
+            sums[lane] = v;
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    sums[0]
+}
+
+/// The maximum of `partial` over the workgroup, as [`workgroup_sum`].
+#[cube]
+pub(crate) fn workgroup_max(partial: f32) -> f32 {
+    let lane = UNIT_POS_X as usize;
+    let mut maxes = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    maxes[lane] = partial;
+    sync_cube();
+    let mut stride = (CUBE_DIM_X / 2) as usize;
+    while stride > 0 {
+        if lane < stride {
+            let v = max(maxes[lane], maxes[lane + stride]);
+            maxes[lane] = v;
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    maxes[0]
+}
+
+/// `Σ x²` over row `base..base + d`, summed by the whole workgroup.
+#[cube]
+fn row_sum_squares(x: &Tensor<f32>, base: usize, d: usize) -> f32 {
+    let mut partial = 0.0f32;
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        let v = x[base + j];
+        partial += v * v;
+        j += CUBE_DIM_X as usize;
+    }
+    workgroup_sum(partial)
+}
+
+/// `out[r] = x[r] / sqrt(mean(x[r]²) + eps) · w` (+ `residual[r]` when `has_residual`), one
+/// workgroup per row of `d`. The workgroup index is linear over a 2-D dispatch (rows can pass
+/// 65535); workgroups past the last row leave as a whole, so no barrier waits on them.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn rms_norm_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    residual: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    d: u32,
+    eps: f32,
+    #[comptime] has_residual: bool,
+) {
+    let row = CUBE_POS;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let base = row * d;
+    let ms = row_sum_squares(x, base, d) / d as f32;
+    let inv = 1.0f32 / (ms + eps).sqrt();
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        let y = x[base + j] * inv * w[j];
+        if comptime!(has_residual) {
+            out[base + j] = residual[base + j] + y;
+        } else {
+            out[base + j] = y;
+        }
+        j += CUBE_DIM_X as usize;
+    }
+}
+
+/// RMSNorm of each head row of `x [t, heads, d]`, then NEOX RoPE (halves `i`, `i + d/2`) with
+/// the tables `cos`, `sin` `[t, 1, d/2]` of [`super::nn::rope_tables`].
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn rms_norm_rope_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    heads: u32,
+    d: u32,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let half = d / 2;
+    let base = row * d;
+    let table = (row / heads as usize) * half;
+    let ms = row_sum_squares(x, base, d) / d as f32;
+    let inv = 1.0f32 / (ms + eps).sqrt();
+    let mut i = UNIT_POS_X as usize;
+    while i < half {
+        let a = x[base + i] * inv * w[i];
+        let b = x[base + half + i] * inv * w[half + i];
+        let c = cos[table + i];
+        let s = sin[table + i];
+        out[base + i] = a * c - b * s;
+        out[base + half + i] = b * c + a * s;
+        i += CUBE_DIM_X as usize;
+    }
+}
+
+/// `out[r] = (x[r] − mean) / sqrt(var + eps) · w + b` over rows of `d` (biased variance of the
+/// centred values, as [`super::nn::layer_norm`]).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    b: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    d: u32,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let base = row * d;
+    let mut partial = 0.0f32;
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        partial += x[base + j];
+        j += CUBE_DIM_X as usize;
+    }
+    let mean = workgroup_sum(partial) / d as f32;
+    let mut squares = 0.0f32;
+    j = UNIT_POS_X as usize;
+    while j < d {
+        let c = x[base + j] - mean;
+        squares += c * c;
+        j += CUBE_DIM_X as usize;
+    }
+    let var = workgroup_sum(squares) / d as f32;
+    let inv = 1.0f32 / (var + eps).sqrt();
+    j = UNIT_POS_X as usize;
+    while j < d {
+        out[base + j] = (x[base + j] - mean) * inv * w[j] + b[j];
+        j += CUBE_DIM_X as usize;
+    }
+}
+
+/// `out[i] = gelu_tanh(gate[i]) · up[i]` (`gelu_tanh(gate[i])` without `has_up`), the formula
+/// of [`super::nn::gelu_tanh`] term by term.
+#[cube(launch)]
+fn gelu_kernel(
+    gate: &Tensor<f32>,
+    up: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    n: u32,
+    #[comptime] has_up: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let x = gate[i];
+        let inner = (x + x * x * x * GELU_CUBIC) * SQRT_2_OVER_PI;
+        let inner = clamp(inner, -TANH_SATURATED, TANH_SATURATED);
+        let g = x * 0.5f32 * (inner.tanh() + 1.0f32);
+        if comptime!(has_up) {
+            out[i] = g * up[i];
+        } else {
+            out[i] = g;
+        }
+    }
+}
+
+/// The fused row kernels (GPU backends only; see [`is_supported`]).
+#[backend_extension(Cube, Flex)]
+pub trait RowOps: burn::backend::Backend {
+    /// `x [.., d]`, `w [d]` → `x / sqrt(mean(x²) + eps) · w`, plus `residual` (shaped as `x`)
+    /// when `has_residual`.
+    fn fused_rms_norm(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        has_residual: bool,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+
+    /// `x [t, heads, d]`, `w [d]`, `cos`/`sin` `[t, 1, d/2]` → RoPE(RMSNorm(x)) `[t, heads, d]`.
+    fn fused_rms_norm_rope(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+
+    /// `x [.., d]`, `w`, `b` `[d]` → LayerNorm(x) · w + b.
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+
+    /// `gelu_tanh(gate) · up` (`gelu_tanh(gate)` without `has_up`), shapes equal.
+    fn fused_gelu(
+        gate: FloatTensor<Self>,
+        up: FloatTensor<Self>,
+        has_up: bool,
+    ) -> FloatTensor<Self>;
+}
+
+const CPU_COMPOSES: &str = "the CPU composes burn ops (fused_rows::is_supported checks the device)";
+
+impl RowOps for Flex {
+    fn fused_rms_norm(
+        _x: FloatTensor<Self>,
+        _w: FloatTensor<Self>,
+        _residual: FloatTensor<Self>,
+        _has_residual: bool,
+        _eps: f32,
+    ) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
+
+    fn fused_rms_norm_rope(
+        _x: FloatTensor<Self>,
+        _w: FloatTensor<Self>,
+        _cos: FloatTensor<Self>,
+        _sin: FloatTensor<Self>,
+        _eps: f32,
+    ) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
+
+    fn fused_layer_norm(
+        _x: FloatTensor<Self>,
+        _w: FloatTensor<Self>,
+        _b: FloatTensor<Self>,
+        _eps: f32,
+    ) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
+
+    fn fused_gelu(
+        _gate: FloatTensor<Self>,
+        _up: FloatTensor<Self>,
+        _has_up: bool,
+    ) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
+}
+
+/// An uninitialised f32 tensor shaped as `like` (contiguous), on its device.
+fn empty_like(like: &CubeTensor) -> CubeTensor {
+    empty_device_dtype(
+        like.client.clone(),
+        like.device.clone(),
+        like.meta.shape().clone(),
+        DType::F32,
+    )
+}
+
+/// Rows of `x` (all but the last dimension) and the row length.
+fn rows_of(x: &CubeTensor) -> (usize, usize) {
+    let shape = x.meta.shape();
+    let d = shape.as_slice().last().copied().unwrap_or(1);
+    (shape.num_elements() / d.max(1), d)
+}
+
+/// One workgroup of [`ROW_THREADS`] per row, over a 2-D grid when rows pass one dimension.
+fn row_launch(x: &CubeTensor, rows: usize) -> (cubecl::CubeCount, cubecl::CubeDim) {
+    let dim = cubecl::CubeDim::new_1d(ROW_THREADS);
+    let count = cubecl::calculate_cube_count_elemwise(&x.client, rows * ROW_THREADS as usize, dim);
+    (count, dim)
+}
+
+impl RowOps for CubeBackend {
+    fn fused_rms_norm(
+        x: CubeTensor,
+        w: CubeTensor,
+        residual: CubeTensor,
+        has_residual: bool,
+        eps: f32,
+    ) -> CubeTensor {
+        let (x, w, residual) = (
+            into_contiguous(x),
+            into_contiguous(w),
+            into_contiguous(residual),
+        );
+        let (rows, d) = rows_of(&x);
+        let out = empty_like(&x);
+        let (count, dim) = row_launch(&x, rows);
+        rms_norm_kernel::launch(
+            &x.client,
+            count,
+            dim,
+            x.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            residual.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            rows as u32,
+            d as u32,
+            eps,
+            has_residual,
+        );
+        out
+    }
+
+    fn fused_rms_norm_rope(
+        x: CubeTensor,
+        w: CubeTensor,
+        cos: CubeTensor,
+        sin: CubeTensor,
+        eps: f32,
+    ) -> CubeTensor {
+        let (x, w) = (into_contiguous(x), into_contiguous(w));
+        let (cos, sin) = (into_contiguous(cos), into_contiguous(sin));
+        let [t, heads, d] = x.meta.shape().dims::<3>();
+        let out = empty_like(&x);
+        let (count, dim) = row_launch(&x, t * heads);
+        rms_norm_rope_kernel::launch(
+            &x.client,
+            count,
+            dim,
+            x.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            cos.into_tensor_arg(),
+            sin.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            (t * heads) as u32,
+            heads as u32,
+            d as u32,
+            eps,
+        );
+        out
+    }
+
+    fn fused_layer_norm(x: CubeTensor, w: CubeTensor, b: CubeTensor, eps: f32) -> CubeTensor {
+        let (x, w, b) = (into_contiguous(x), into_contiguous(w), into_contiguous(b));
+        let (rows, d) = rows_of(&x);
+        let out = empty_like(&x);
+        let (count, dim) = row_launch(&x, rows);
+        layer_norm_kernel::launch(
+            &x.client,
+            count,
+            dim,
+            x.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            b.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            rows as u32,
+            d as u32,
+            eps,
+        );
+        out
+    }
+
+    fn fused_gelu(gate: CubeTensor, up: CubeTensor, has_up: bool) -> CubeTensor {
+        let (gate, up) = (into_contiguous(gate), into_contiguous(up));
+        let n = gate.meta.shape().num_elements();
+        let out = empty_like(&gate);
+        let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
+        let count = cubecl::calculate_cube_count_elemwise(&gate.client, n, dim);
+        gelu_kernel::launch(
+            &gate.client,
+            count,
+            dim,
+            gate.clone().into_tensor_arg(),
+            up.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            n as u32,
+            has_up,
+        );
+        out
+    }
+}
+
+/// Whether `form` runs as its fused kernel on `device`: a GPU device, and the device self-test
+/// has not turned the form off.
+pub fn is_supported(device: &burn::tensor::Device, form: Form) -> bool {
+    crate::device::queues_work(device) && forms::enabled(form)
+}
+
+/// Fused [`super::nn::rms_norm`] (plus `residual` when given), over the last dimension.
+pub fn rms_norm<const D: usize>(
+    x: BurnTensor<D>,
+    w: &BurnTensor<1>,
+    residual: Option<BurnTensor<D>>,
+    eps: f32,
+) -> BurnTensor<D> {
+    let has_residual = residual.is_some();
+    // Without a residual the kernel never reads it; any f32 buffer satisfies the binding.
+    let residual = residual.map_or_else(|| w.clone().into_dispatch(), |r| r.into_dispatch());
+    let out = BurnTensor::<D>::from_dispatch(<Dispatch as RowOps>::fused_rms_norm(
+        x.into_dispatch(),
+        w.clone().into_dispatch(),
+        residual,
+        has_residual,
+        eps,
+    ));
+    forms::perturb(Form::FusedNorm, out)
+}
+
+/// Fused RoPE(RMSNorm(x)): `x [t, heads, d]`, tables `[t, 1, d/2]` → `[t, heads, d]`.
+pub fn rms_norm_rope(
+    x: BurnTensor<3>,
+    w: &BurnTensor<1>,
+    cos: &BurnTensor<3>,
+    sin: &BurnTensor<3>,
+    eps: f32,
+) -> BurnTensor<3> {
+    let out = BurnTensor::<3>::from_dispatch(<Dispatch as RowOps>::fused_rms_norm_rope(
+        x.into_dispatch(),
+        w.clone().into_dispatch(),
+        cos.clone().into_dispatch(),
+        sin.clone().into_dispatch(),
+        eps,
+    ));
+    forms::perturb(Form::FusedRope, out)
+}
+
+/// Fused [`super::nn::layer_norm`].
+pub fn layer_norm(
+    x: BurnTensor<2>,
+    w: &BurnTensor<1>,
+    b: &BurnTensor<1>,
+    eps: f32,
+) -> BurnTensor<2> {
+    let out = BurnTensor::<2>::from_dispatch(<Dispatch as RowOps>::fused_layer_norm(
+        x.into_dispatch(),
+        w.clone().into_dispatch(),
+        b.clone().into_dispatch(),
+        eps,
+    ));
+    forms::perturb(Form::FusedLayerNorm, out)
+}
+
+/// Fused `gelu_tanh(gate) · up` (just `gelu_tanh(gate)` without `up`).
+pub fn gelu<const D: usize>(gate: BurnTensor<D>, up: Option<BurnTensor<D>>) -> BurnTensor<D> {
+    let has_up = up.is_some();
+    let up = up.map_or_else(|| gate.clone().into_dispatch(), |u| u.into_dispatch());
+    let out = BurnTensor::<D>::from_dispatch(<Dispatch as RowOps>::fused_gelu(
+        gate.into_dispatch(),
+        up,
+        has_up,
+    ));
+    forms::perturb(Form::FusedGelu, out)
+}

@@ -1,0 +1,260 @@
+//! Conformance of the fused row kernels ([`crate::model::fused_rows`]) and of their composed
+//! forms ([`crate::model::nn`]) on a device against an f64 evaluation of the same random
+//! inputs. Shared by the self-test and the native and browser tests.
+
+use burn::tensor::{Tensor, TensorData};
+
+use crate::model::ModelError;
+use crate::model::fused_rows;
+use crate::model::nn::{self, read_f32};
+use crate::quant::forms::Form;
+
+/// A fused operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `rms_norm(x, w)`.
+    RmsNorm,
+    /// `residual + rms_norm(x, w)`.
+    AddRmsNorm,
+    /// `rope(rms_norm(x, w))` per head.
+    RmsNormRope,
+    /// `layer_norm(x, w, b)`.
+    LayerNorm,
+    /// `gelu_tanh(gate)`.
+    Gelu,
+    /// `gelu_tanh(gate) · up`.
+    GeluMul,
+}
+
+impl Op {
+    /// Every operation.
+    pub const ALL: [Op; 6] = [
+        Op::RmsNorm,
+        Op::AddRmsNorm,
+        Op::RmsNormRope,
+        Op::LayerNorm,
+        Op::Gelu,
+        Op::GeluMul,
+    ];
+
+    /// The form whose kernel computes it.
+    pub fn form(self) -> Form {
+        match self {
+            Op::RmsNorm | Op::AddRmsNorm => Form::FusedNorm,
+            Op::RmsNormRope => Form::FusedRope,
+            Op::LayerNorm => Form::FusedLayerNorm,
+            Op::Gelu | Op::GeluMul => Form::FusedGelu,
+        }
+    }
+
+    /// Snake-case name (`add_rms_norm`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::RmsNorm => "rms_norm",
+            Op::AddRmsNorm => "add_rms_norm",
+            Op::RmsNormRope => "rms_norm_rope",
+            Op::LayerNorm => "layer_norm",
+            Op::Gelu => "gelu",
+            Op::GeluMul => "gelu_mul",
+        }
+    }
+}
+
+/// Which implementation to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// The fused kernel (GPU only).
+    Fused,
+    /// Composed burn ops (every device).
+    Composed,
+}
+
+/// `(t, heads, d)`: rows `t · heads` of `d` (RoPE takes `heads` rows per position).
+pub type Shape = (usize, usize, usize);
+
+/// Conformance cases: MedGemma 4B's widths (hidden 2560, q heads 8 × 256, SigLIP 1152, FFN
+/// 10240), odd widths that leave invocations idle or loop more than once, one element per row,
+/// and more rows than one dispatch dimension holds (the 2-D grid).
+pub const CASES: [(Op, Shape); 16] = [
+    (Op::RmsNorm, (3, 1, 2560)),
+    (Op::RmsNorm, (5, 7, 97)),
+    (Op::RmsNorm, (70_000, 1, 3)),
+    (Op::RmsNorm, (2, 1, 1)),
+    (Op::AddRmsNorm, (3, 1, 2560)),
+    (Op::AddRmsNorm, (11, 1, 300)),
+    (Op::RmsNormRope, (3, 8, 256)),
+    (Op::RmsNormRope, (7, 3, 18)),
+    (Op::RmsNormRope, (1, 4, 640)),
+    (Op::LayerNorm, (4, 1, 1152)),
+    (Op::LayerNorm, (9, 1, 33)),
+    (Op::LayerNorm, (300, 1, 72)),
+    (Op::Gelu, (3, 1, 4304)),
+    (Op::Gelu, (70_000, 1, 1)),
+    (Op::GeluMul, (3, 1, 10240)),
+    (Op::GeluMul, (2, 1, 97)),
+];
+
+/// The self-test's cases: one per operation, at MedGemma's widths.
+pub const SELFTEST_CASES: [(Op, Shape); 6] = [
+    (Op::RmsNorm, (3, 1, 2560)),
+    (Op::AddRmsNorm, (3, 1, 2560)),
+    (Op::RmsNormRope, (3, 8, 256)),
+    (Op::LayerNorm, (4, 1, 1152)),
+    (Op::Gelu, (3, 1, 4304)),
+    (Op::GeluMul, (3, 1, 10240)),
+];
+
+/// Largest accepted difference from the f64 evaluation, relative to `max(1, |expected|)`:
+/// a handful of f32 roundings per element after a sum of at most 10240 squares.
+pub const TOLERANCE: f64 = 2e-6;
+
+/// Magnitude of GELU inputs: past the ±10 clamp of the tanh argument (gates reach ~10 in real
+/// FFNs, and SwiftShader's tanh breaks past ~44).
+const GATE_RANGE: f32 = 12.0;
+
+/// `op` with `path` on `device` for random inputs of `shape` against an f64 evaluation of the
+/// same inputs. Returns the largest error relative to `max(1, |expected|)` (infinite for a NaN).
+pub async fn max_error_vs_f64(
+    device: &burn::tensor::Device,
+    op: Op,
+    (t, heads, d): Shape,
+    seed: u64,
+    path: Path,
+) -> Result<f64, ModelError> {
+    let rows = t * heads;
+    let n = rows * d;
+    let mut rng = crate::rng::SplitMix64::new(seed);
+    let mut fill = |n: usize, scale: f32, offset: f32| -> Vec<f32> {
+        (0..n)
+            .map(|_| offset + scale * (2.0 * rng.unit_f32() - 1.0))
+            .collect()
+    };
+    let x_scale = match op {
+        Op::Gelu | Op::GeluMul => GATE_RANGE,
+        _ => 1.0,
+    };
+    // A LayerNorm input off zero, as SigLIP's residual stream is: the mean matters.
+    let x_offset = if op == Op::LayerNorm { 0.5 } else { 0.0 };
+    let x = fill(n, x_scale, x_offset);
+    let other = fill(n, 1.0, 0.0);
+    // Gemma norm weights hold 1 + w; LayerNorm weights are arbitrary.
+    let w = fill(d, 0.05, 1.0);
+    let b = fill(d, 0.5, 0.0);
+    let eps = 1e-6;
+    let t1 = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
+    let t2 = |v: &[f32]| Tensor::<2>::from_data(TensorData::new(v.to_vec(), [rows, d]), device);
+    let fused = path == Path::Fused;
+    let (wt, bt) = (t1(&w), t1(&b));
+    let (out, tables) = match op {
+        Op::RmsNorm if fused => (fused_rows::rms_norm(t2(&x), &wt, None, eps), None),
+        Op::RmsNorm => (nn::rms_norm_composed(t2(&x), &wt, eps), None),
+        Op::AddRmsNorm if fused => (
+            fused_rows::rms_norm(t2(&x), &wt, Some(t2(&other)), eps),
+            None,
+        ),
+        Op::AddRmsNorm => (t2(&other) + nn::rms_norm_composed(t2(&x), &wt, eps), None),
+        Op::RmsNormRope => {
+            // Positions far into a long context: large angles.
+            let positions: Vec<usize> = (0..t).map(|i| 1000 + 37 * i).collect();
+            let (cos, sin) = nn::rope_tables(&positions, d, 1e4, 1.0, device);
+            let x3 = Tensor::<3>::from_data(TensorData::new(x.clone(), [t, heads, d]), device);
+            let y = if fused {
+                fused_rows::rms_norm_rope(x3, &wt, &cos, &sin, eps)
+            } else {
+                nn::apply_rope(nn::rms_norm_composed(x3, &wt, eps), &cos, &sin)
+            };
+            let tables = (read_f32(cos).await?, read_f32(sin).await?);
+            (y.reshape([rows, d]), Some(tables))
+        }
+        Op::LayerNorm if fused => (fused_rows::layer_norm(t2(&x), &wt, &bt, eps), None),
+        Op::LayerNorm => (nn::layer_norm_composed(t2(&x), &wt, &bt, eps), None),
+        Op::Gelu if fused => (fused_rows::gelu(t2(&x), None), None),
+        Op::Gelu => (nn::gelu_tanh_composed(t2(&x)), None),
+        Op::GeluMul if fused => (fused_rows::gelu(t2(&x), Some(t2(&other))), None),
+        Op::GeluMul => (nn::gelu_tanh_composed(t2(&x)) * t2(&other), None),
+    };
+    let got = read_f32(out).await?;
+    let want = reference(op, &x, &other, &w, &b, eps, (t, heads, d), tables.as_ref());
+    let mut worst = 0f64;
+    for (g, w) in got.iter().zip(&want) {
+        let err = (f64::from(*g) - w).abs() / w.abs().max(1.0);
+        worst = if err.is_nan() {
+            f64::INFINITY
+        } else {
+            worst.max(err)
+        };
+    }
+    if got.len() != want.len() {
+        worst = f64::INFINITY;
+    }
+    Ok(worst)
+}
+
+/// `op` in f64 on the host; RoPE rotates by the device's own f32 tables (their rounding is the
+/// same on every path).
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    op: Op,
+    x: &[f32],
+    other: &[f32],
+    w: &[f32],
+    b: &[f32],
+    eps: f32,
+    (t, heads, d): Shape,
+    tables: Option<&(Vec<f32>, Vec<f32>)>,
+) -> Vec<f64> {
+    let eps = f64::from(eps);
+    let mut out = vec![0f64; x.len()];
+    let gelu = |v: f64| {
+        let inner = ((v + 0.044_715 * v * v * v) * (2.0 / std::f64::consts::PI).sqrt()).tanh();
+        0.5 * v * (1.0 + inner)
+    };
+    for r in 0..t * heads {
+        let row = &x[r * d..(r + 1) * d];
+        let o = &mut out[r * d..(r + 1) * d];
+        let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / d as f64;
+        let inv = 1.0 / (ms + eps).sqrt();
+        match op {
+            Op::RmsNorm | Op::AddRmsNorm => {
+                for j in 0..d {
+                    o[j] = f64::from(row[j]) * inv * f64::from(w[j]);
+                    if op == Op::AddRmsNorm {
+                        o[j] += f64::from(other[r * d + j]);
+                    }
+                }
+            }
+            Op::RmsNormRope => {
+                let (cos, sin) = tables.expect("RoPE tables");
+                let (half, p) = (d / 2, r / heads);
+                for i in 0..half {
+                    let a = f64::from(row[i]) * inv * f64::from(w[i]);
+                    let bb = f64::from(row[half + i]) * inv * f64::from(w[half + i]);
+                    let (c, s) = (f64::from(cos[p * half + i]), f64::from(sin[p * half + i]));
+                    o[i] = a * c - bb * s;
+                    o[half + i] = bb * c + a * s;
+                }
+            }
+            Op::LayerNorm => {
+                let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
+                let var = row
+                    .iter()
+                    .map(|&v| (f64::from(v) - mean).powi(2))
+                    .sum::<f64>()
+                    / d as f64;
+                let inv = 1.0 / (var + eps).sqrt();
+                for j in 0..d {
+                    o[j] = (f64::from(row[j]) - mean) * inv * f64::from(w[j]) + f64::from(b[j]);
+                }
+            }
+            Op::Gelu | Op::GeluMul => {
+                for j in 0..d {
+                    o[j] = gelu(f64::from(row[j]));
+                    if op == Op::GeluMul {
+                        o[j] *= f64::from(other[r * d + j]);
+                    }
+                }
+            }
+        }
+    }
+    out
+}

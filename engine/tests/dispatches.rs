@@ -1,0 +1,169 @@
+//! GPU dispatches per decoded token, counted with CubeCL's launch observer: with the fused
+//! row kernels ([`rexvqa_engine::model::fused_rows`]) and the decode attention kernel, and with
+//! their forms turned off (composed burn ops, blocked attention), for the tiny MedGemma-shaped
+//! model (head width 32: the fused attention kernel either way) and Gemma 3 270M (head width
+//! 256, as MedGemma 4B's decoder) on lavapipe.
+//! One test in this binary: the observer is process-wide.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use burn::tensor::{Device, Tensor};
+use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
+use rexvqa_engine::device;
+use rexvqa_engine::gguf::FileSource;
+use rexvqa_engine::model::trace::{self, Tap, Tracer};
+use rexvqa_engine::quant::forms::{self, Form};
+use rexvqa_engine::session::{LoadOptions, Model};
+
+/// Every kernel launch, in order, by short name.
+#[derive(Default)]
+struct Launches(Mutex<Vec<&'static str>>);
+
+impl Launches {
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+impl LaunchObserver for Launches {
+    fn launched(&self, kernel: &'static str) {
+        self.0.lock().unwrap().push(kernel);
+    }
+}
+
+/// The launch count at the end of each decoder layer (`l_out`) and at the start (`inp_scaled`).
+struct Marks<'a> {
+    launches: &'a Launches,
+    start: usize,
+    layer_ends: Vec<usize>,
+}
+
+impl Tracer for Marks<'_> {
+    fn tap(&mut self, at: Tap, _: &Tensor<2>) {
+        match (at.name, at.layer) {
+            (trace::INP_SCALED, None) => self.start = self.launches.count(),
+            (trace::L_OUT, Some(_)) => self.layer_ends.push(self.launches.count()),
+            _ => {}
+        }
+    }
+}
+
+/// Dispatches of one decoded token: the whole step, each layer, and the kernels of layer 1
+/// by name (a sliding-window layer in both models).
+struct Counted {
+    token: usize,
+    per_layer: Vec<usize>,
+    kernels: BTreeMap<String, usize>,
+}
+
+/// The kernel's own name: the last path segment before any generic arguments.
+fn short(kernel: &str) -> String {
+    let base = kernel.split('<').next().unwrap_or(kernel);
+    base.rsplit("::").next().unwrap_or(base).to_string()
+}
+
+/// Counts the launches of one decoded token after a short prompt and one warm-up token (so no
+/// first-use work, such as autotuning, is counted).
+fn count_token(model: &Model, ids: &[u32]) -> Counted {
+    let d = &model.decoder;
+    let mut cache = d.new_cache();
+    d.forward(ids, &[], &mut cache).unwrap();
+    d.forward(&[ids[1]], &[], &mut cache).unwrap();
+    let launches = Arc::new(Launches::default());
+    let watching = LaunchObservation::new(launches.clone());
+    let mut marks = Marks {
+        launches: &launches,
+        start: 0,
+        layer_ends: Vec::new(),
+    };
+    let h = d
+        .forward_traced(&[ids[2]], &[], &mut cache, &mut marks)
+        .unwrap();
+    let id = d.greedy(h);
+    drop(watching);
+    drop(id);
+    let all = launches.0.lock().unwrap().clone();
+    let mut per_layer = Vec::new();
+    let mut prev = marks.start;
+    for &end in &marks.layer_ends {
+        per_layer.push(end - prev);
+        prev = end;
+    }
+    let mut kernels = BTreeMap::new();
+    for k in &all[marks.layer_ends[0]..marks.layer_ends[1]] {
+        *kernels.entry(short(k)).or_default() += 1;
+    }
+    Counted {
+        token: all.len(),
+        per_layer,
+        kernels,
+    }
+}
+
+/// The forms of the kernels that replace composed burn ops: turned off, the decoder runs as it
+/// did before them.
+const NEW_FORMS: [Form; 5] = [
+    Form::FusedNorm,
+    Form::FusedRope,
+    Form::FusedGelu,
+    Form::FusedLayerNorm,
+    Form::DecodeAttention,
+];
+
+/// Counts a token with the fused kernels and with them turned off; prints both and returns
+/// `(fused, composed)`.
+fn both(label: &str, model: &Model) -> (Counted, Counted) {
+    forms::reset();
+    let fused = count_token(model, &[2, 17, 5, 9]);
+    for f in NEW_FORMS {
+        forms::disable(f, "counting the composed path");
+    }
+    let composed = count_token(model, &[2, 17, 5, 9]);
+    forms::reset();
+    for (name, c) in [("fused", &fused), ("composed", &composed)] {
+        eprintln!(
+            "{label} {name}: {} dispatches per token, per layer {:?}; layer 1: {:?}",
+            c.token, c.per_layer, c.kernels
+        );
+    }
+    (fused, composed)
+}
+
+fn load(text: std::path::PathBuf, dev: &Device) -> Model {
+    let src = FileSource::open(text).unwrap();
+    pollster::block_on(Model::load(
+        &src,
+        None::<&FileSource>,
+        dev,
+        &LoadOptions::default(),
+        &mut |_| {},
+    ))
+    .unwrap()
+}
+
+/// The new kernels take a decoder layer from 82 dispatches to 19 (tiny model) and from 94 to
+/// 19 (Gemma 3 270M; lavapipe, 2026-11-24). What the 19 are: seven matrix products, four
+/// RMSNorms (two of them added to the residual), q and k norm + RoPE, the GELU·up, attention,
+/// and four copies that append to the KV cache (`Tensor::cat` of keys and of values).
+#[test]
+fn fused_kernels_cut_the_dispatches_of_a_decoded_token() {
+    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let golden = common::golden_json_gz("tiny_tiny-q8_0.json.gz");
+    let tiny = load(common::tiny_pair(&golden).0, &dev);
+    let g270m = load(common::gemma270m(), &dev);
+    for (label, model, saved) in [("tiny-q8_0", &tiny, 60), ("gemma-3-270m", &g270m, 70)] {
+        let (fused, composed) = both(label, model);
+        for (f, c) in fused.per_layer.iter().zip(&composed.per_layer) {
+            assert!(
+                *f <= 19 && c - f >= saved,
+                "{label}: fused {f} vs composed {c} per layer"
+            );
+        }
+        assert_eq!(fused.kernels.get("RmsNormKernel"), Some(&4), "{label}");
+        assert_eq!(fused.kernels.get("RmsNormRopeKernel"), Some(&2), "{label}");
+        assert_eq!(fused.kernels.get("GeluKernel"), Some(&1), "{label}");
+    }
+}
