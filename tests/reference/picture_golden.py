@@ -199,7 +199,7 @@ def main():
     signed = anatomy(11, 4) - 1024
     ds = dataset(ExplicitVRLittleEndian, signed, 16, signed=True, RescaleSlope=2,
                  RescaleIntercept=-100, WindowCenter=-100, WindowWidth=4000)
-    ds.compress(RLELossless, encoding_plugin="pydicom")
+    ds.compress(RLELossless, encoding_plugin="pydicom", generate_instance_uid=False)
     made.append(("rle_signed_rescale.dcm", write(ds, "rle_signed_rescale.dcm")))
     # JPEG baseline: Pillow's encoder at quality 90, encapsulated.
     buf = io.BytesIO()
