@@ -115,6 +115,30 @@ pub enum Request {
         /// Path relative to the dataset root.
         path: String,
     },
+    /// Decode the attached image files (PNG, JPEG, DICOM) as one study of the user's own;
+    /// `names` are the files' names (a `.dcm` name must hold DICOM).
+    OpenOwnImages {
+        /// One name per attached file.
+        names: Vec<String>,
+    },
+    /// The model's 8-bit inputs of the user's images under a policy (shown as images
+    /// `own-input/<i>`), with how each was made.
+    OwnInputs {
+        /// 16→8-bit policy.
+        policy: Policy,
+    },
+    /// A question about the user's images: multiple choice (2–4 options, fast or official)
+    /// or free (no options; streamed).
+    AskOwn {
+        /// The question.
+        question: String,
+        /// The options (empty for a free question).
+        options: Vec<String>,
+        /// fast or official (multiple choice only).
+        mode: Mode,
+        /// 16→8-bit policy.
+        policy: Policy,
+    },
     /// Answer a question.
     Ask {
         /// Split name.
@@ -281,6 +305,9 @@ impl Request {
             Request::ListQuestions { .. } => "ListQuestions",
             Request::GetQuestion { .. } => "GetQuestion",
             Request::GetImage { .. } => "GetImage",
+            Request::OpenOwnImages { .. } => "OpenOwnImages",
+            Request::OwnInputs { .. } => "OwnInputs",
+            Request::AskOwn { .. } => "AskOwn",
             Request::Ask { .. } => "Ask",
             Request::AskFree { .. } => "AskFree",
             Request::EvalStart { .. } => "EvalStart",
@@ -356,6 +383,11 @@ pub enum Event {
     Questions(QuestionPage),
     /// One question.
     Question(QuestionDetail),
+    /// The user's own images, decoded (pixels follow as images `own/<i>`).
+    OwnImages(Vec<OwnImage>),
+    /// How each of the user's images became the model's input, in view order (the inputs
+    /// follow as images `own-input/<i>`).
+    OwnInputs(Vec<String>),
     /// Pixels of an image follow in `buffer` (u16 samples, channels interleaved).
     Image {
         /// Path.

@@ -81,6 +81,10 @@ pub struct State {
     /// The last asked study (split and study key) and what its questions share: a second
     /// question reuses the first's image features and prompt prefix instead of encoding again.
     pub study: Option<(String, StudyCache)>,
+    /// The user's own images (bytes and decoded pictures; memory only, never stored).
+    pub own: Vec<super::own::Opened>,
+    /// What questions about the user's images share (image features, prompt prefix).
+    pub own_cache: Option<StudyCache>,
     /// Debug builds' test hook: journals refuse to grow past this many bytes, as a full disk
     /// would (a short write, then a refusal).
     pub journal_cap: Option<u64>,
