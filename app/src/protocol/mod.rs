@@ -383,11 +383,18 @@ pub enum Event {
     Questions(QuestionPage),
     /// One question.
     Question(QuestionDetail),
-    /// The user's own images, decoded (pixels follow as images `own/<i>`).
-    OwnImages(Vec<OwnImage>),
+    /// The user's own images, decoded (pixels follow as images `own/<i>`). A struct variant:
+    /// the internally tagged encoding cannot carry a bare sequence.
+    OwnImages {
+        /// One per opened file, in view order.
+        images: Vec<OwnImage>,
+    },
     /// How each of the user's images became the model's input, in view order (the inputs
     /// follow as images `own-input/<i>`).
-    OwnInputs(Vec<String>),
+    OwnInputs {
+        /// The mapping in words, per image.
+        how: Vec<String>,
+    },
     /// Pixels of an image follow in `buffer` (u16 samples, channels interleaved).
     Image {
         /// Path.
@@ -527,6 +534,26 @@ mod tests {
             event: Event::Ready,
         };
         assert_eq!(ready.to_json(), r#"{"id":null,"event":{"type":"ready"}}"#);
+        // The own-images events hold lists: they must still serialise and come back.
+        for event in [
+            Event::OwnImages {
+                images: vec![OwnImage {
+                    name: "a.dcm".into(),
+                    path: None,
+                    info: None,
+                    view_window: None,
+                    inverted: true,
+                    identifying: Vec::new(),
+                    error: Some("the file is empty (0 bytes)".into()),
+                }],
+            },
+            Event::OwnInputs {
+                how: vec!["window (center 2048, width 3000)".into()],
+            },
+        ] {
+            let r = Reply { id: None, event };
+            assert_eq!(serde_json::from_str::<Reply>(&r.to_json()).unwrap(), r);
+        }
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub async fn open(out: Replies, names: Vec<String>, files: Vec<File>) -> Result<
         s.own = opened;
         s.own_cache = None;
     });
-    out.post(Event::OwnImages(listed));
+    out.post(Event::OwnImages { images: listed });
     Ok(())
 }
 
@@ -104,7 +104,9 @@ pub fn inputs(out: Replies, policy: Policy) -> Result<(), String> {
     for (i, (_, d)) in made.iter().enumerate() {
         post_pixels(&out, &format!("own-input/{i}"), d);
     }
-    out.post(Event::OwnInputs(made.into_iter().map(|(s, _)| s).collect()));
+    out.post(Event::OwnInputs {
+        how: made.into_iter().map(|(s, _)| s).collect(),
+    });
     Ok(())
 }
 

@@ -137,8 +137,8 @@ impl Engine {
                 self.unpack.set(Some(p));
             }
             Event::Questions(page) => self.questions.set(page),
-            Event::OwnImages(list) => self.own_images.set(list),
-            Event::OwnInputs(how) => self.own_inputs.set(how),
+            Event::OwnImages { images } => self.own_images.set(images),
+            Event::OwnInputs { how } => self.own_inputs.set(how),
             Event::Question(q) => self.question.set(Some(q)),
             Event::Image {
                 path,
