@@ -125,7 +125,10 @@ pub async fn ask(
     if study.is_empty() {
         return Err("open your images first".into());
     }
-    let cache = state::with(|s| s.own_cache.take()).unwrap_or_default();
+    let cache = match state::with(|s| s.own_cache.take()) {
+        Some((made_with, cache)) if made_with == policy => cache,
+        _ => Default::default(),
+    };
     let mut session = Session::with_cache(&model, cache);
     let mut last = 0.0;
     let mut stream = |text: &str| {
@@ -168,7 +171,7 @@ pub async fn ask(
         a
     };
     let cache = session.into_cache();
-    state::with(|s| s.own_cache = Some(cache));
+    state::with(|s| s.own_cache = Some((policy, cache)));
     if let Some(p) = &answer.probs {
         out.post(Event::AskScores {
             target: AskTarget::Own,
