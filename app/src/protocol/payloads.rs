@@ -289,6 +289,11 @@ pub struct OwnImage {
     pub path: Option<String>,
     /// What the file is.
     pub info: Option<rexvqa_engine::picture::ImageInfo>,
+    /// The window the viewer opens at, in sample units (the DICOM file's Window Center and
+    /// Width; min–max when `None`).
+    pub view_window: Option<rexvqa_engine::picture::Window>,
+    /// Whether the viewer shows it inverted (DICOM MONOCHROME1: low values are white).
+    pub inverted: bool,
     /// Identifying attributes (DICOM), shown on this machine only.
     pub identifying: Vec<rexvqa_engine::picture::Identifying>,
     /// Why it could not be opened.

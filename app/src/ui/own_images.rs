@@ -111,7 +111,10 @@ pub fn OwnImages() -> impl IntoView {
                 })
             }}
             <div class="images">
-                {move || engine.own_images.get().into_iter().filter_map(|i| i.path.map(|p| view! { <XrayView path=p view_name=i.name.clone() /> })).collect_view()}
+                {move || engine.own_images.get().into_iter().filter_map(|i| {
+                    let initial = i.view_window.map(|w| (w.center, w.width));
+                    i.path.map(|p| view! { <XrayView path=p view_name=i.name.clone() initial=initial invert=i.inverted /> })
+                }).collect_view()}
             </div>
             <div class="ask">
                 <label>"Question " <textarea rows="2" data-testid="own-question" prop:value=move || question.get() on:input=move |ev| question.set(event_target_value(&ev))></textarea></label>

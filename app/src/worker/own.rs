@@ -57,6 +57,8 @@ pub async fn open(out: Replies, names: Vec<String>, files: Vec<File>) -> Result<
                     name,
                     path: Some(path),
                     info: Some(picture.info()),
+                    view_window: picture.sample_window(),
+                    inverted: picture.inverted(),
                     identifying: picture.identifying.clone(),
                     error: None,
                 });
@@ -66,6 +68,8 @@ pub async fn open(out: Replies, names: Vec<String>, files: Vec<File>) -> Result<
                 name,
                 path: None,
                 info: None,
+                view_window: None,
+                inverted: false,
                 identifying: Vec::new(),
                 error: Some(e),
             }),

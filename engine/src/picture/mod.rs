@@ -296,6 +296,18 @@ impl Picture {
         self.dicom.as_ref().and_then(|d| d.window)
     }
 
+    /// The file's window in the units of [`Picture::pixels`]' samples (its rescaled window
+    /// mapped back through [`DicomInfo::scale`]), for a viewer that windows the samples
+    /// directly.
+    pub fn sample_window(&self) -> Option<Window> {
+        let w = self.window()?;
+        let scale = self.dicom.as_ref().map_or(SampleScale::IDENTITY, |d| d.scale);
+        Some(Window {
+            center: (w.center - scale.offset) / scale.step,
+            width: w.width / scale.step,
+        })
+    }
+
     /// The policy that actually maps this image to 8 bits when `asked` is chosen: 8-bit images
     /// pass through (`None`), and [`Policy::Window`] on a file without a window is min–max.
     pub fn applied_policy(&self, asked: Policy) -> Option<Policy> {

@@ -100,6 +100,10 @@ fn every_fixture_decodes_to_what_pydicom_and_pillow_decode() {
     }
 }
 
+fn d_window(p: &Picture) -> Option<Window> {
+    p.dicom.as_ref().and_then(|d| d.window)
+}
+
 #[test]
 fn dicom_facts_window_and_identity_are_read() {
     let p = open("explicit_le_12bit.dcm").unwrap();
@@ -140,6 +144,13 @@ fn dicom_facts_window_and_identity_are_read() {
             step: 1.0
         }
     );
+    // The viewer windows samples: the window maps back through the sample scale.
+    assert_eq!(p.sample_window(), d_window(&p));
+    let sw = r.sample_window().unwrap();
+    let rw = r.window().unwrap();
+    assert_eq!(d.scale.value(0) + sw.center * d.scale.step, rw.center);
+    assert_eq!(sw.width * d.scale.step, rw.width);
+    assert_eq!(open("gray16.png").unwrap().sample_window(), None);
     assert_eq!(open("multiframe_16bit.dcm").unwrap().info().frames, 3);
 }
 
