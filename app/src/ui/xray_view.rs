@@ -77,7 +77,10 @@ pub fn XrayView(
                             .data
                             .iter()
                             .fold((u16::MAX, 0u16), |(a, b), &v| (a.min(v), b.max(v)));
-                        ((mx as f64 + mn as f64) / 2.0, (mx as f64 - mn as f64).max(1.0))
+                        (
+                            (mx as f64 + mn as f64) / 2.0,
+                            (mx as f64 - mn as f64).max(1.0),
+                        )
                     });
                     window.set(w.max(1.0));
                     level.set(l);

@@ -301,7 +301,10 @@ impl Picture {
     /// directly.
     pub fn sample_window(&self) -> Option<Window> {
         let w = self.window()?;
-        let scale = self.dicom.as_ref().map_or(SampleScale::IDENTITY, |d| d.scale);
+        let scale = self
+            .dicom
+            .as_ref()
+            .map_or(SampleScale::IDENTITY, |d| d.scale);
         Some(Window {
             center: (w.center - scale.offset) / scale.step,
             width: w.width / scale.step,
