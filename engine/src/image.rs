@@ -117,15 +117,19 @@ pub enum Policy {
     /// `min(v, 255)`: what Pillow's `convert("RGB")` does to a 16-bit image, so bit-exact with
     /// the official evaluation script (which thereby sees a mostly white image).
     PillowClamp,
+    /// A DICOM file's own Window Center/Width (see [`crate::picture::Picture::to_8bit`]); an
+    /// image without a window is stretched min–max.
+    Window,
 }
 
 impl Policy {
-    /// Parses `scale`, `minmax` or `pillow-clamp`.
+    /// Parses `scale`, `minmax`, `pillow-clamp` or `window`.
     pub fn parse(s: &str) -> Option<Policy> {
         match s {
             "scale" => Some(Policy::Scale),
             "minmax" => Some(Policy::Minmax),
             "pillow-clamp" => Some(Policy::PillowClamp),
+            "window" => Some(Policy::Window),
             _ => None,
         }
     }
@@ -136,6 +140,7 @@ impl Policy {
             Policy::Scale => "scale",
             Policy::Minmax => "minmax",
             Policy::PillowClamp => "pillow-clamp",
+            Policy::Window => "window",
         }
     }
 }
@@ -154,7 +159,8 @@ pub struct Image8 {
 }
 
 impl Decoded {
-    /// Converts to 8 bits; 8-bit images pass through unchanged whatever the policy.
+    /// Converts to 8 bits; 8-bit images pass through unchanged whatever the policy. These samples
+    /// carry no window, so [`Policy::Window`] stretches min–max here.
     pub fn to_8bit(&self, policy: Policy) -> Image8 {
         let data = if self.bits == 8 {
             self.samples.iter().map(|&v| v as u8).collect()
@@ -162,7 +168,7 @@ impl Decoded {
             match policy {
                 Policy::Scale => self.samples.iter().map(|&v| (v >> 8) as u8).collect(),
                 Policy::PillowClamp => self.samples.iter().map(|&v| v.min(255) as u8).collect(),
-                Policy::Minmax => {
+                Policy::Minmax | Policy::Window => {
                     let lo = self.samples.iter().copied().min().unwrap_or(0) as u32;
                     let hi = self.samples.iter().copied().max().unwrap_or(0) as u32;
                     let range = (hi - lo).max(1);

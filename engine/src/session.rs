@@ -7,11 +7,12 @@ use std::collections::HashMap;
 use burn::tensor::{Device, Int, Tensor};
 
 use crate::gguf::{Gguf, RangeSource};
-use crate::image::{self, Policy};
+use crate::image::{self, Image8, Policy};
 use crate::model::load::{Loader, Progress};
 use crate::model::nn::read_f32;
 use crate::model::{Decoder, KvCache, ModelError, TextConfig, Vision, VisionConfig};
 use crate::pair::PairHeaders;
+use crate::picture::{self, Picture};
 use crate::rexvqa::{Letter, Record, prompt};
 use crate::tokenizer::{Tokenizer, ids};
 
@@ -180,16 +181,23 @@ impl Model {
         })
     }
 
-    /// Decodes a PNG and preprocesses it for the tower (policy for 16-bit images).
-    pub fn preprocess_png(&self, png: &[u8], policy: Policy) -> Result<Vec<f32>, ModelError> {
+    /// Decodes a PNG, JPEG or DICOM file and preprocesses it for the tower (`policy` maps
+    /// 16-bit samples to 8 bits; see [`crate::picture::Picture::to_8bit`]).
+    pub fn preprocess_file(&self, bytes: &[u8], policy: Policy) -> Result<Vec<f32>, ModelError> {
         let v = self.vision()?;
-        let img = image::decode(png).map_err(|e| ModelError::Prompt(e.to_string()))?;
+        let img = picture::decode(bytes).map_err(|e| ModelError::Prompt(e.to_string()))?;
         Ok(image::preprocess_with(
             &img.to_8bit(policy),
             v.cfg.image_size as u32,
             v.cfg.mean,
             v.cfg.std,
         ))
+    }
+
+    /// The 8-bit image the tower sees (`image_size`² after the resize), before normalisation.
+    pub fn model_input(&self, pic: &Picture, policy: Policy) -> Result<Image8, ModelError> {
+        let size = self.vision()?.cfg.image_size as u32;
+        Ok(image::resize_bilinear(&pic.to_8bit(policy), size, size))
     }
 
     /// Projected image features `[tokens_per_image, hidden]` of a preprocessed image.

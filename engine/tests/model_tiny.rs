@@ -91,7 +91,7 @@ fn compare(case: &Case, tol: f32, feat_tol: f32) -> (f32, f32) {
         .collect();
     let pixels: Vec<Vec<f32>> = pngs
         .iter()
-        .map(|p| m.preprocess_png(p, Policy::Scale).unwrap())
+        .map(|p| m.preprocess_file(p, Policy::Scale).unwrap())
         .collect();
     let feats: Vec<_> = pixels.iter().map(|p| m.encode_image(p).unwrap()).collect();
     let subset = ids(&case.golden["subset_ids"]);
@@ -192,7 +192,7 @@ fn per_layer(case: &Case, tag: &str) -> Vec<StageError> {
             common::repo_root().join(format!("tests/fixtures/images/tiny_ref_{k}.png")),
         )
         .unwrap();
-        let pixels = m.preprocess_png(&png, Policy::Scale).unwrap();
+        let pixels = m.preprocess_file(&png, Policy::Scale).unwrap();
         let mut rec = Recorder::default();
         feats.push(vision.encode_traced(&pixels, &mut rec.tracer()).unwrap());
         errors.extend(prefixed(
@@ -225,7 +225,7 @@ fn prefixed(label: &str, errors: Vec<StageError>) -> impl Iterator<Item = StageE
 fn reference_image(m: &Model) -> Tensor<2> {
     let png =
         std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
-    m.encode_image(&m.preprocess_png(&png, Policy::Scale).unwrap())
+    m.encode_image(&m.preprocess_file(&png, Policy::Scale).unwrap())
         .unwrap()
 }
 

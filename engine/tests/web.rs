@@ -224,7 +224,7 @@ mod model_in_browser {
         let ids = model.tokenize_rendered(&text, 1).unwrap();
         let t0 = js_sys::Date::now();
         let feats = model
-            .encode_image(&model.preprocess_png(IMAGE, Policy::Scale).unwrap())
+            .encode_image(&model.preprocess_file(IMAGE, Policy::Scale).unwrap())
             .unwrap();
         read_f32(feats.clone()).await.unwrap();
         let t1 = js_sys::Date::now();

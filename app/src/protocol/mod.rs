@@ -115,6 +115,30 @@ pub enum Request {
         /// Path relative to the dataset root.
         path: String,
     },
+    /// Decode the attached image files (PNG, JPEG, DICOM) as one study of the user's own;
+    /// `names` are the files' names (a `.dcm` name must hold DICOM).
+    OpenOwnImages {
+        /// One name per attached file.
+        names: Vec<String>,
+    },
+    /// The model's 8-bit inputs of the user's images under a policy (shown as images
+    /// `own-input/<i>`), with how each was made.
+    OwnInputs {
+        /// 16→8-bit policy.
+        policy: Policy,
+    },
+    /// A question about the user's images: multiple choice (2–4 options, fast or official)
+    /// or free (no options; streamed).
+    AskOwn {
+        /// The question.
+        question: String,
+        /// The options (empty for a free question).
+        options: Vec<String>,
+        /// fast or official (multiple choice only).
+        mode: Mode,
+        /// 16→8-bit policy.
+        policy: Policy,
+    },
     /// Answer a question.
     Ask {
         /// Split name.
@@ -281,6 +305,9 @@ impl Request {
             Request::ListQuestions { .. } => "ListQuestions",
             Request::GetQuestion { .. } => "GetQuestion",
             Request::GetImage { .. } => "GetImage",
+            Request::OpenOwnImages { .. } => "OpenOwnImages",
+            Request::OwnInputs { .. } => "OwnInputs",
+            Request::AskOwn { .. } => "AskOwn",
             Request::Ask { .. } => "Ask",
             Request::AskFree { .. } => "AskFree",
             Request::EvalStart { .. } => "EvalStart",
@@ -356,6 +383,18 @@ pub enum Event {
     Questions(QuestionPage),
     /// One question.
     Question(QuestionDetail),
+    /// The user's own images, decoded (pixels follow as images `own/<i>`). A struct variant:
+    /// the internally tagged encoding cannot carry a bare sequence.
+    OwnImages {
+        /// One per opened file, in view order.
+        images: Vec<OwnImage>,
+    },
+    /// How each of the user's images became the model's input, in view order (the inputs
+    /// follow as images `own-input/<i>`).
+    OwnInputs {
+        /// The mapping in words, per image.
+        how: Vec<String>,
+    },
     /// Pixels of an image follow in `buffer` (u16 samples, channels interleaved).
     Image {
         /// Path.
@@ -495,6 +534,26 @@ mod tests {
             event: Event::Ready,
         };
         assert_eq!(ready.to_json(), r#"{"id":null,"event":{"type":"ready"}}"#);
+        // The own-images events hold lists: they must still serialise and come back.
+        for event in [
+            Event::OwnImages {
+                images: vec![OwnImage {
+                    name: "a.dcm".into(),
+                    path: None,
+                    info: None,
+                    view_window: None,
+                    inverted: true,
+                    identifying: Vec::new(),
+                    error: Some("the file is empty (0 bytes)".into()),
+                }],
+            },
+            Event::OwnInputs {
+                how: vec!["window (center 2048, width 3000)".into()],
+            },
+        ] {
+            let r = Reply { id: None, event };
+            assert_eq!(serde_json::from_str::<Reply>(&r.to_json()).unwrap(), r);
+        }
     }
 
     #[test]

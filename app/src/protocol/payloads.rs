@@ -275,6 +275,29 @@ pub enum AskTarget {
     },
     /// The user's own question about a study.
     Free,
+    /// A question about the user's own images.
+    Own,
+}
+
+/// One of the user's own image files, decoded in the worker. The identifying attributes live
+/// only in memory, for the page's collapsible panel: nothing writes them anywhere.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OwnImage {
+    /// The file name.
+    pub name: String,
+    /// The viewer path of its pixels (`own/<i>`), when it decoded.
+    pub path: Option<String>,
+    /// What the file is.
+    pub info: Option<rexvqa_engine::picture::ImageInfo>,
+    /// The window the viewer opens at, in sample units (the DICOM file's Window Center and
+    /// Width; min–max when `None`).
+    pub view_window: Option<rexvqa_engine::picture::Window>,
+    /// Whether the viewer shows it inverted (DICOM MONOCHROME1: low values are white).
+    pub inverted: bool,
+    /// Identifying attributes (DICOM), shown on this machine only.
+    pub identifying: Vec<rexvqa_engine::picture::Identifying>,
+    /// Why it could not be opened.
+    pub error: Option<String>,
 }
 
 /// Browser storage used and allowed, in bytes.

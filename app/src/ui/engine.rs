@@ -22,7 +22,7 @@ use web_sys::{ErrorEvent, File, MessageEvent, Worker};
 use super::signals::{AskState, BenchState, GpuState, Pixels, Progress};
 use crate::protocol::{
     CacheListing, CalibrationProgress, Call, Compute, DatasetSummary, EvalProgress, MemoryUse,
-    ModelCard, Reply, Request, RequestId, RunReport, UnpackProgress,
+    ModelCard, OwnImage, Reply, Request, RequestId, RunReport, UnpackProgress,
 };
 
 /// localStorage key of the compute choice.
@@ -47,6 +47,8 @@ enum Drives {
     Ask,
     /// The answer to the free question.
     Free,
+    /// The answer about the user's own images.
+    Own,
     /// An evaluation run's progress.
     Eval,
 }
@@ -62,6 +64,7 @@ impl Drives {
             Request::Calibrate { .. } => Drives::Calibration,
             Request::Ask { .. } => Drives::Ask,
             Request::AskFree { .. } => Drives::Free,
+            Request::AskOwn { .. } => Drives::Own,
             Request::EvalStart { .. } | Request::EvalResume { .. } => Drives::Eval,
             _ => return None,
         })
@@ -118,6 +121,12 @@ pub struct Engine {
     pub ask: RwSignal<AskState>,
     /// The free-form answer in progress.
     pub free: RwSignal<AskState>,
+    /// The answer about the user's own images in progress.
+    pub own: RwSignal<AskState>,
+    /// The user's own images as decoded.
+    pub own_images: RwSignal<Vec<OwnImage>>,
+    /// How each own image became the model's input (view order).
+    pub own_inputs: RwSignal<Vec<String>>,
     /// The running evaluation.
     pub eval: RwSignal<Option<EvalProgress>>,
     /// The last report.
@@ -183,6 +192,9 @@ impl Engine {
             images: RwSignal::new_local(HashMap::new()),
             ask: RwSignal::new(AskState::default()),
             free: RwSignal::new(AskState::default()),
+            own: RwSignal::new(AskState::default()),
+            own_images: RwSignal::new(Vec::new()),
+            own_inputs: RwSignal::new(Vec::new()),
             eval: RwSignal::new(None),
             report: RwSignal::new(None),
             quiz: RwSignal::new(None),

@@ -8,6 +8,7 @@ pub mod engine;
 mod eval_panel;
 mod gpu_panel;
 mod model_panel;
+mod own_images;
 mod progress;
 mod quiz_panel;
 mod report_panel;

@@ -8,6 +8,7 @@ use rexvqa_engine::session::Mode;
 use rexvqa_engine::rexvqa::QuestionFilter;
 
 use super::engine::Engine;
+use super::own_images::OwnImages;
 use super::signals::AskState;
 use super::xray_view::XrayView;
 use crate::protocol::Request;
@@ -236,5 +237,6 @@ pub fn StudyPanel() -> impl IntoView {
                 }
             })}
         </section>
+        <OwnImages />
     }
 }

@@ -1,5 +1,7 @@
 //! One radiograph on a canvas with window/level on the original 16-bit values, zoom (wheel or
-//! +/-), pan (drag or arrow keys) and reset (double-click or 0).
+//! +/-), pan (drag or arrow keys) and reset (double-click or 0). It opens at the image's own
+//! min..max, or at a window the caller gives (a DICOM file's Window Center/Width), and can
+//! show the image inverted (DICOM MONOCHROME1, where low values are white).
 
 use leptos::prelude::*;
 use wasm_bindgen::{Clamped, JsCast};
@@ -8,7 +10,7 @@ use web_sys::{CanvasRenderingContext2d, ImageData, KeyboardEvent, PointerEvent, 
 use super::engine::Engine;
 use super::signals::Pixels;
 
-fn draw(canvas: &web_sys::HtmlCanvasElement, px: &Pixels, window: f64, level: f64) {
+fn draw(canvas: &web_sys::HtmlCanvasElement, px: &Pixels, window: f64, level: f64, invert: bool) {
     let (w, h) = (px.width, px.height);
     canvas.set_width(w);
     canvas.set_height(h);
@@ -25,7 +27,8 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, px: &Pixels, window: f64, level: f6
     for p in 0..(w * h) as usize {
         for c in 0..3 {
             let v = px.data[p * ch + if ch == 1 { 0 } else { c }] as f64;
-            rgba[p * 4 + c] = ((v - lo) * scale).clamp(0.0, 255.0) as u8;
+            let g = ((v - lo) * scale).clamp(0.0, 255.0) as u8;
+            rgba[p * 4 + c] = if invert { 255 - g } else { g };
         }
     }
     if let Ok(img) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&rgba), w, h) {
@@ -34,8 +37,17 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, px: &Pixels, window: f64, level: f6
 }
 
 /// The viewer of one image path (pixels come from the worker on request).
+///
+/// `initial` is the window it opens at, as (level, width) in sample units
+/// (default: the image's min..max); `invert` shows low values white. The figure carries the
+/// initial window as `data-initial-window="level/width"` and `data-inverted`.
 #[component]
-pub fn XrayView(path: String, view_name: String) -> impl IntoView {
+pub fn XrayView(
+    path: String,
+    view_name: String,
+    #[prop(optional_no_strip)] initial: Option<(f64, f64)>,
+    #[prop(optional)] invert: bool,
+) -> impl IntoView {
     let engine = expect_context::<Engine>();
     let canvas = NodeRef::<leptos::html::Canvas>::new();
     let window = RwSignal::new(0.0f64);
@@ -44,6 +56,8 @@ pub fn XrayView(path: String, view_name: String) -> impl IntoView {
     let zoom = RwSignal::new(1.0f64);
     let pan = RwSignal::new((0.0f64, 0.0f64));
     let drag = RwSignal::new(None::<(f64, f64)>);
+    // The window it opened at (level, width), once the pixels are here.
+    let opened_at = RwSignal::new(None::<(f64, f64)>);
     let key = path.clone();
     let pixels = Memo::new(move |_| {
         engine
@@ -51,19 +65,26 @@ pub fn XrayView(path: String, view_name: String) -> impl IntoView {
             .with(|m| m.get(&key).map(|p| (p.width, p.height, p.bits)))
     });
     let p2 = path.clone();
-    // Default window: the image's own min..max.
+    // Opening window: the caller's, else the image's own min..max.
     Effect::new(move |_| {
         if pixels.get().is_some() {
             engine.images.with_untracked(|m| {
                 if let Some(p) = m.get(&p2) {
-                    let (mn, mx) = p
-                        .data
-                        .iter()
-                        .fold((u16::MAX, 0u16), |(a, b), &v| (a.min(v), b.max(v)));
                     let full = if p.bits == 16 { 65535.0 } else { 255.0 };
                     range.set((0.0, full));
-                    window.set((mx as f64 - mn as f64).max(1.0));
-                    level.set((mx as f64 + mn as f64) / 2.0);
+                    let (l, w) = initial.unwrap_or_else(|| {
+                        let (mn, mx) = p
+                            .data
+                            .iter()
+                            .fold((u16::MAX, 0u16), |(a, b), &v| (a.min(v), b.max(v)));
+                        (
+                            (mx as f64 + mn as f64) / 2.0,
+                            (mx as f64 - mn as f64).max(1.0),
+                        )
+                    });
+                    window.set(w.max(1.0));
+                    level.set(l);
+                    opened_at.set(Some((l, w.max(1.0))));
                 }
             });
         }
@@ -74,7 +95,7 @@ pub fn XrayView(path: String, view_name: String) -> impl IntoView {
         if let (Some(c), Some(_)) = (canvas.get(), pixels.get()) {
             engine.images.with_untracked(|m| {
                 if let Some(p) = m.get(&p3) {
-                    draw(&c, p, w, l);
+                    draw(&c, p, w, l, invert);
                 }
             });
         }
@@ -98,7 +119,8 @@ pub fn XrayView(path: String, view_name: String) -> impl IntoView {
         ev.prevent_default();
     };
     view! {
-        <figure class="xray" data-testid="xray">
+        <figure class="xray" data-testid="xray" data-inverted=invert.to_string()
+            data-initial-window=move || opened_at.get().map(|(l, w)| format!("{l}/{w}"))>
             <div class="viewport" tabindex="0" aria-label=format!("{view_name} image; + and - zoom, arrows pan, 0 resets") on:keydown=on_key
                 on:wheel=move |ev: WheelEvent| { ev.prevent_default(); let f = if ev.delta_y() < 0.0 { 1.15 } else { 1.0 / 1.15 }; zoom.update(|z| *z = (*z * f).clamp(1.0, 20.0)); }
                 on:pointerdown=move |ev: PointerEvent| drag.set(Some((ev.client_x() as f64, ev.client_y() as f64)))

@@ -9,6 +9,7 @@
 mod ask;
 mod dataset;
 mod model;
+mod own;
 mod quiz;
 mod reply;
 mod runs;
@@ -72,6 +73,14 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), St
         } => out.post(dataset::list_questions(&split, &filter, offset, limit)?),
         Request::GetQuestion { split, id } => out.post(dataset::question(&split, &id)?),
         Request::GetImage { path } => dataset::image(out, &path).await?,
+        Request::OpenOwnImages { names } => own::open(out, names, attached).await?,
+        Request::OwnInputs { policy } => own::inputs(out, policy)?,
+        Request::AskOwn {
+            question,
+            options,
+            mode,
+            policy,
+        } => own::ask(out, &question, &options, mode, policy).await?,
         Request::Ask {
             split,
             id,

@@ -233,6 +233,8 @@ pub async fn load_stored(
     state::with(|s| {
         s.loaded = None;
         s.study = None;
+        // A cache belongs to the model that made it.
+        s.own_cache = None;
     });
     let t0 = now_ms();
     let mut last = 0.0;

@@ -81,6 +81,12 @@ pub struct State {
     /// The last asked study (split and study key) and what its questions share: a second
     /// question reuses the first's image features and prompt prefix instead of encoding again.
     pub study: Option<(String, StudyCache)>,
+    /// The user's own images (bytes and decoded pictures; memory only, never stored).
+    pub own: Vec<super::own::Opened>,
+    /// What questions about the user's images share (image features, prompt prefix), under
+    /// the policy that made it: the prompt prefix's KV state holds that policy's image
+    /// features, and the same question under another policy has the same tokens.
+    pub own_cache: Option<(rexvqa_engine::image::Policy, StudyCache)>,
     /// Debug builds' test hook: journals refuse to grow past this many bytes, as a full disk
     /// would (a short write, then a refusal).
     pub journal_cap: Option<u64>,

@@ -15,6 +15,7 @@ use rexvqa_engine::rexvqa::synth::{SynthOptions, generate};
 use rexvqa_engine::rexvqa::{Scope, Split};
 use rexvqa_engine::session::{LoadOptions, Mode, Model, Session};
 use rexvqa_engine::tokenizer::Tokenizer;
+use rexvqa_engine::{own, picture};
 
 #[derive(Parser)]
 #[command(
@@ -309,6 +310,43 @@ enum Command {
         #[arg(long)]
         category: Vec<String>,
     },
+    /// Ask MedGemma about your own images (PNG, JPEG or DICOM; several views make one study):
+    /// a free question, or a multiple-choice one (2 to 4 --option) answered as the app answers
+    /// a ReXVQA question.
+    Ask {
+        #[command(flatten)]
+        m: ModelArgs,
+        /// The image files, in view order.
+        #[arg(long, required = true)]
+        image: Vec<PathBuf>,
+        /// The question.
+        #[arg(long)]
+        question: String,
+        /// An answer option (give 2 to 4); without options the question is free (generated).
+        #[arg(long)]
+        option: Vec<String>,
+        /// fast (option probabilities) or official (the paper's prompt, generation and
+        /// extraction); multiple-choice questions only.
+        #[arg(long, default_value = "fast", value_parser = parse_mode)]
+        mode: Mode,
+        /// 16→8-bit mapping: window (a DICOM file's own window; min–max without one), scale,
+        /// minmax or pillow-clamp. 8-bit images pass through unchanged.
+        #[arg(long, default_value = "window", value_parser = parse_policy)]
+        policy: Policy,
+        /// Print JSON (always JSON; accepted for scripts).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe an image file (PNG, JPEG or DICOM): size, bits stored, photometric
+    /// interpretation, frames, transfer syntax, and min/max/mean of the grey values after the
+    /// modality rescale. Identifying attributes are never printed.
+    ImageInfo {
+        /// The image file.
+        file: PathBuf,
+        /// Print JSON (always JSON; accepted for scripts).
+        #[arg(long)]
+        json: bool,
+    },
     /// Score quiz results files: one file gives the student's report, several a reader study.
     QuizReport {
         /// The split file the quizzes were drawn from.
@@ -344,7 +382,7 @@ fn parse_counts(s: &str) -> Result<(usize, usize), String> {
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
-    Policy::parse(s).ok_or_else(|| format!("{s:?}: use scale, minmax or pillow-clamp"))
+    Policy::parse(s).ok_or_else(|| format!("{s:?}: use scale, minmax, pillow-clamp or window"))
 }
 
 fn err(path: &Path, e: impl std::fmt::Display) -> String {
@@ -535,7 +573,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let mut feats = Vec::new();
             for p in &image {
                 let png = std::fs::read(p).map_err(|e| err(p, e))?;
-                let px = model.preprocess_png(&png, policy).map_err(|e| err(p, e))?;
+                let px = model.preprocess_file(&png, policy).map_err(|e| err(p, e))?;
                 feats.push(model.encode_image(&px).map_err(|e| e.to_string())?);
             }
             let ids = model
@@ -551,6 +589,24 @@ fn run(cli: Cli) -> Result<(), String> {
                 .map(|&i| serde_json::json!({"id": i, "logit": logits[i]}))
                 .collect();
             println!("{}", serde_json::json!({"input_ids": ids, "top": top}));
+        }
+        Command::Ask {
+            m,
+            image,
+            question,
+            option,
+            mode,
+            policy,
+            json: _,
+        } => ask(&m, &image, &question, &option, mode, policy)?,
+        Command::ImageInfo { file, json: _ } => {
+            let bytes = std::fs::read(&file).map_err(|e| err(&file, e))?;
+            let name = file.file_name().unwrap_or_default().to_string_lossy();
+            let pic = picture::decode_named(&name, &bytes).map_err(|e| err(&file, e))?;
+            print_json(
+                &serde_json::to_value(pic.info()).map_err(|e| e.to_string())?,
+                None,
+            )?;
         }
         Command::Answer { m, d, id } => {
             let (split, folder) = open_split(&d)?;
@@ -977,6 +1033,66 @@ fn run(cli: Cli) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `rexvqa ask`: the user's own images and question, through the app's code ([`own`]).
+fn ask(
+    m: &ModelArgs,
+    files: &[PathBuf],
+    question: &str,
+    options: &[String],
+    mode: Mode,
+    policy: Policy,
+) -> Result<(), String> {
+    let mut bytes = Vec::with_capacity(files.len());
+    let mut inputs = Vec::with_capacity(files.len());
+    for f in files {
+        let b = std::fs::read(f).map_err(|e| err(f, e))?;
+        let name = f.file_name().unwrap_or_default().to_string_lossy();
+        // Decoded here first so that a bad file is named before the model loads.
+        let pic = picture::decode_named(&name, &b).map_err(|e| err(f, e))?;
+        inputs.push(serde_json::json!({
+            "file": f.display().to_string(),
+            "model_input": pic.describe_policy(policy),
+        }));
+        bytes.push(b);
+    }
+    let study = own::OwnStudy::new(bytes);
+    let model = load_model(m)?;
+    let mut session = Session::new(&model);
+    let clock = Wall(Instant::now());
+    let json = if options.is_empty() {
+        let t0 = clock.now_ms();
+        let text = pollster::block_on(own::ask_free(
+            &mut session,
+            &study,
+            question,
+            policy,
+            &mut |_| {},
+        ))
+        .map_err(|e| e.to_string())?;
+        serde_json::json!({
+            "question": question, "policy": policy, "images": inputs, "response": text,
+            "ms": clock.now_ms() - t0,
+        })
+    } else {
+        let (r, a) = pollster::block_on(own::ask_choice(
+            &mut session,
+            &study,
+            question,
+            options,
+            &own::settings(mode, policy),
+            &clock,
+            &mut |_| {},
+        ))
+        .map_err(|e| e.to_string())?;
+        serde_json::json!({
+            "question": r.question, "options": r.options, "mode": mode, "policy": policy,
+            "images": inputs, "prediction": a.prediction, "robust_prediction": a.robust,
+            "probabilities": a.probs, "response": a.response, "ms": a.ms,
+        })
+    };
+    print_json(&json, None)
 }
 
 fn file_sha256(path: &Path) -> Result<String, String> {

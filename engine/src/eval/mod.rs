@@ -285,7 +285,7 @@ pub async fn features(
             continue;
         }
         match images.read(&path).await {
-            Ok(png) => match session.model().preprocess_png(&png, s.policy) {
+            Ok(png) => match session.model().preprocess_file(&png, s.policy) {
                 Ok(pixels) => feats.push(session.add_image(&key, &pixels)?),
                 Err(e) => missing.push(format!("{path}: {e}")),
             },

@@ -16,6 +16,7 @@ impl Engine {
         match target {
             AskTarget::Question { .. } => self.ask,
             AskTarget::Free => self.free,
+            AskTarget::Own => self.own,
         }
     }
 
@@ -50,6 +51,9 @@ impl Engine {
         }
         if is(Drives::Free) {
             self.free.update(|a| a.busy = false);
+        }
+        if is(Drives::Own) {
+            self.own.update(|a| a.busy = false);
         }
         if is(Drives::Eval) {
             let mut stopped = false;
@@ -133,6 +137,8 @@ impl Engine {
                 self.unpack.set(Some(p));
             }
             Event::Questions(page) => self.questions.set(page),
+            Event::OwnImages { images } => self.own_images.set(images),
+            Event::OwnInputs { how } => self.own_inputs.set(how),
             Event::Question(q) => self.question.set(Some(q)),
             Event::Image {
                 path,
