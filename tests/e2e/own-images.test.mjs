@@ -9,7 +9,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { SHOTS } from './browser.mjs';
 import { BIN, FIX, loadModelFromFiles, servedApp, SLOW, tab } from './steps.mjs';
 
@@ -37,8 +38,13 @@ test('your own DICOM and JPEG files: errors, viewer window, identifying panel, s
   assert.match(await errors.nth(1).textContent(), /named \.dcm but not a DICOM file.*PNG image: rename it to \.png/);
   assert.ok(await own.getByTestId('own-ask-fast').isDisabled(), 'nothing to ask about');
 
-  // The study: two DICOM views and a JPEG.
-  await own.getByTestId('own-input').setInputFiles(STUDY);
+  // The study: two DICOM views and a JPEG, dropped on the card (the file input took the bad ones).
+  const dropped = await page.evaluateHandle((files) => {
+    const dt = new DataTransfer();
+    for (const [name, b64] of files) dt.items.add(new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], name));
+    return dt;
+  }, STUDY.map((f) => [basename(f), readFileSync(f).toString('base64')]));
+  await own.dispatchEvent('drop', { dataTransfer: dropped });
   await own.getByTestId('own-item').nth(2).waitFor();
   assert.equal(await errors.count(), 0);
   const views = own.getByTestId('xray');
@@ -91,12 +97,40 @@ test('your own DICOM and JPEG files: errors, viewer window, identifying panel, s
   assert.match(cli.images[1].model_input, /inverted \(MONOCHROME1\)$/);
   await own.getByTestId('own-model-input').locator('canvas').nth(2).waitFor();
 
+  // The same question in official mode: the paper's prompt and extraction, as the CLI runs them.
+  await own.getByTestId('own-ask-official').click();
+  await own.getByTestId('own-answer').waitFor({ state: 'detached' });
+  await own.getByTestId('own-answer').waitFor({ timeout: SLOW });
+  mark('official mode answered');
+  const official = JSON.parse(execFileSync(BIN, ['ask', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj.gguf'),
+    ...STUDY.flatMap((f) => ['--image', f]), '--question', QUESTION, ...OPTIONS.flatMap((o) => ['--option', o]),
+    '--mode', 'official', '--policy', 'window', '--json'], { encoding: 'utf8' }));
+  console.log(`official: browser ${JSON.stringify(await own.getByTestId('own-letter').textContent())}; CLI ${official.prediction} ${JSON.stringify(official.response.slice(0, 60))}`);
+  assert.equal((await own.getByTestId('own-letter').textContent()).trim(), official.prediction ?? '');
+
   // A free question streams a reply.
   await own.getByTestId('own-question').fill('Describe the image.');
   await own.getByTestId('own-ask-free').click();
   await own.getByTestId('own-text').filter({ hasText: /\S/ }).waitFor({ timeout: SLOW });
   mark('free question answered');
   await page.screenshot({ path: join(SHOTS, 'own-images-answered.png'), fullPage: true });
+
+  // The identifying attributes were never written to the browser's storage.
+  const stored = await page.evaluate(async () => {
+    const found = [];
+    async function walk(dir, path) {
+      for await (const [name, h] of dir.entries()) {
+        if (h.kind === 'directory') await walk(h, `${path}${name}/`);
+        else if (new TextDecoder('latin1').decode(await (await h.getFile()).arrayBuffer()).includes('DOE^JANE')) found.push(path + name);
+      }
+    }
+    await walk(await navigator.storage.getDirectory(), '');
+    for (let i = 0; i < localStorage.length; i++) {
+      if (localStorage.getItem(localStorage.key(i)).includes('DOE^JANE')) found.push(`localStorage ${localStorage.key(i)}`);
+    }
+    return found;
+  });
+  assert.deepEqual(stored, [], 'identifying attributes stored');
 
   assert.deepEqual(problems, [], 'console errors');
   assert.deepEqual(offHost, [], 'requests that left 127.0.0.1');
