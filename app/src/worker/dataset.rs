@@ -178,10 +178,8 @@ pub fn question(split: &str, id: &str) -> Result<Event, String> {
     Ok(Event::Question(d))
 }
 
-/// Posts an image's decoded samples (u16, channels interleaved) for the viewer.
-pub async fn image(out: Replies, path: &str) -> Result<(), String> {
-    let bytes = FileStore::current().read(path).await?;
-    let d = image::decode(&bytes).map_err(|e| format!("{path}: {e}"))?;
+/// Posts `d`'s samples (u16, channels interleaved) as the viewer's image `path`.
+pub(super) fn post_pixels(out: &Replies, path: &str, d: &image::Decoded) {
     let arr = js_sys::Uint16Array::from(&d.samples[..]);
     out.post_with_buffer(
         Event::Image {
@@ -193,5 +191,12 @@ pub async fn image(out: Replies, path: &str) -> Result<(), String> {
         },
         &arr.buffer(),
     );
+}
+
+/// Posts an image's decoded samples (u16, channels interleaved) for the viewer.
+pub async fn image(out: Replies, path: &str) -> Result<(), String> {
+    let bytes = FileStore::current().read(path).await?;
+    let d = image::decode(&bytes).map_err(|e| format!("{path}: {e}"))?;
+    post_pixels(&out, path, &d);
     Ok(())
 }

@@ -9,6 +9,7 @@ use rexvqa_engine::picture::{self, Picture};
 use rexvqa_engine::session::{Mode, Session};
 use web_sys::File;
 
+use super::dataset::post_pixels;
 use super::reply::Replies;
 use super::state::{self, PerfClock};
 use crate::io::{now_ms, read_blob};
@@ -20,21 +21,6 @@ use rexvqa_engine::rexvqa::Letter;
 pub struct Opened {
     bytes: Vec<u8>,
     picture: Picture,
-}
-
-/// Posts `d`'s samples as the viewer's image `path`.
-fn post_pixels(out: &Replies, path: &str, d: &Decoded) {
-    let arr = js_sys::Uint16Array::from(&d.samples[..]);
-    out.post_with_buffer(
-        Event::Image {
-            path: path.into(),
-            width: d.width,
-            height: d.height,
-            bits: d.bits,
-            channels: d.channels,
-        },
-        &arr.buffer(),
-    );
 }
 
 /// Decodes the attached files as the user's study (replacing the previous one).
