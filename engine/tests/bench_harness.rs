@@ -196,3 +196,37 @@ fn dry_runs_count_what_real_runs_do() {
         );
     }
 }
+
+/// Every timing ends with `sync_device`, so it must wait for the work queued before it, not
+/// only for itself: reading back a fresh one-element tensor, its old form, returned at once
+/// (0.007 s after four 256-row matmuls whose output then took 1.07 s to read on lavapipe),
+/// and every GPU figure measured launches. After a real barrier, reading the output only
+/// copies it: measured 1.16 s for the barrier, 2 ms for the read.
+#[test]
+fn the_device_sync_waits_for_queued_work() {
+    use rexvqa_engine::gguf::GgmlType;
+    use rexvqa_engine::quant::ops::{Half, Kernel, MAX_CHUNK_BYTES, QMatrix};
+    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let (rows, cols, m) = (1024, 1024, 256);
+    let bytes = rexvqa_engine::quant::random_blocks(GgmlType::Q4_K, rows * cols, 3);
+    let q = QMatrix::upload(GgmlType::Q4_K, &bytes, rows, cols, &dev, MAX_CHUNK_BYTES).unwrap();
+    let x = burn::tensor::Tensor::<2>::ones([m, cols], &dev);
+    // Compiled and run once first, so neither figure below includes the shader build.
+    let warm = q.matmul_variant(x.clone(), Kernel::Tiled, Half::Integer);
+    drop(pollster::block_on(warm.into_data_async()).unwrap());
+    let t = std::time::Instant::now();
+    let mut y = q.matmul_variant(x.clone(), Kernel::Tiled, Half::Integer);
+    for _ in 0..3 {
+        y = q.matmul_variant(x.clone(), Kernel::Tiled, Half::Integer);
+    }
+    pollster::block_on(rexvqa_engine::bench::sync_device(&dev)).unwrap();
+    let synced = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let y = pollster::block_on(y.into_data_async()).unwrap();
+    assert_eq!(y.try_into_vec::<f32>().unwrap().len(), m * rows);
+    let read = t.elapsed().as_secs_f64();
+    assert!(
+        read * 5.0 < synced,
+        "the sync took {synced:.3} s and the read after it {read:.3} s: the sync did not wait"
+    );
+}
