@@ -307,7 +307,13 @@ pub async fn count_passes_now(model: &Model, questions: usize) -> Result<PassCou
         .collect();
     let mut cache = model.decoder.new_cache();
     let hidden = model.prefill(&ids, &[], &mut cache)?;
-    let next = model.decoder.greedy(hidden);
+    // The first decoded token also moves the prompt's keys into cache buffers with spare
+    // positions (once per prompt); the one counted is the next, as every later token is.
+    let next = model.decoder.greedy(
+        model
+            .decoder
+            .forward_token(model.decoder.greedy(hidden), &mut cache),
+    );
     // One token, read back as generation does at its end, so a read that the greedy choice
     // needs (the host argmax when the device one is off) is counted too.
     let c = launches::count();

@@ -166,3 +166,59 @@ fn the_wgpu_adapter_is_described_as_the_kernels_see_it() {
     assert_eq!(device::adapter(&device::cpu()), None);
     eprintln!("adapter: {a:?}");
 }
+
+/// The KV cache keeps spare positions and hands attention a view of the valid ones (heads
+/// `capacity · d` apart); both attention kernels read such a view in place, and must give the
+/// same bits as for a contiguous copy of it. Cases: the fused kernel (d 64, 5 rows, grouped
+/// heads) and the decode kernel (d 256, one row), masked and not.
+#[test]
+fn wgpu_attention_reads_kv_cache_views_as_contiguous_keys() {
+    use burn::tensor::{Distribution, Tensor, TensorData};
+    use rexvqa_engine::model::{attention::attention, decode_attention, fused};
+    let dev = gpu();
+    for (heads, kv, t, s, cap, d) in [(4, 2, 5, 37, 256, 64), (8, 4, 1, 300, 512, 256)] {
+        assert!(
+            fused::is_supported(&dev, d) || decode_attention::is_supported(&dev, t, d),
+            "({t} rows, d {d}) must take a fused kernel here"
+        );
+        let q = Tensor::<3>::random([heads, t, d], Distribution::Normal(0.0, 1.0), &dev);
+        let kb = Tensor::<3>::random([kv, cap, d], Distribution::Normal(0.0, 1.0), &dev);
+        let vb = Tensor::<3>::random([kv, cap, d], Distribution::Normal(0.0, 1.0), &dev);
+        let view = |b: &Tensor<3>| b.clone().slice([0..kv, 0..s, 0..d]);
+        let copy = |b: &Tensor<3>| Tensor::<3>::from_data(view(b).into_data(), &dev);
+        let mut m = vec![0f32; t * s];
+        for (i, x) in m.iter_mut().enumerate() {
+            if i % 7 == 3 {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        for mask in [
+            None,
+            Some(Tensor::<2>::from_data(TensorData::new(m, [t, s]), &dev)),
+        ] {
+            let got = attention(
+                q.clone(),
+                view(&kb),
+                view(&vb),
+                mask.clone(),
+                heads / kv,
+                0.1,
+            );
+            let want = attention(
+                q.clone(),
+                copy(&kb),
+                copy(&vb),
+                mask.clone(),
+                heads / kv,
+                0.1,
+            );
+            let (got, want) = (got.into_data(), want.into_data());
+            assert_eq!(
+                got.as_slice::<f32>().unwrap(),
+                want.as_slice::<f32>().unwrap(),
+                "heads {heads}/{kv}, {t} rows over {s} of {cap} positions, d {d}, mask {}",
+                mask.is_some()
+            );
+        }
+    }
+}

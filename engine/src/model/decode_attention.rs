@@ -51,6 +51,7 @@ fn decode_attention_kernel(
     t: u32,
     s: u32,
     d: u32,
+    kv_stride: u32,
     groups: u32,
     scale: f32,
     #[comptime] has_mask: bool,
@@ -60,7 +61,7 @@ fn decode_attention_kernel(
     let lane = UNIT_POS_X as usize;
     let threads = CUBE_DIM_X as usize;
     let (t, s, d) = (t as usize, s as usize, d as usize);
-    let kv_base = (h / groups as usize) * s * d;
+    let kv_base = (h / groups as usize) * kv_stride as usize;
     let mut qs = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
     let mut ps = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
     if lane < d {
@@ -162,7 +163,8 @@ impl DecodeAttentionOps for CubeBackend {
         groups: usize,
         scale: f32,
     ) -> CubeTensor {
-        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
+        let q = into_contiguous(q);
+        let (k, v, kv_stride) = super::fused::kv_rows(k, v);
         let mask = into_contiguous(mask);
         let [heads, t, d] = q.meta.shape().dims::<3>();
         let s = k.meta.shape().dims::<3>()[1];
@@ -185,6 +187,7 @@ impl DecodeAttentionOps for CubeBackend {
             t as u32,
             s as u32,
             d as u32,
+            kv_stride as u32,
             groups as u32,
             scale,
             has_mask,

@@ -9,7 +9,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use super::ModelError;
 use super::attention::segmented_attention;
 use super::config::TextConfig;
-use super::kv_cache::KvCache;
+use super::kv_cache::{KvCache, LayerKv};
 use super::load::Loader;
 use super::names::{self, Block, blk};
 use super::nn::{add_rms_norm, gelu_mul, rms_norm, rms_norm_rope, rope_tables};
@@ -118,7 +118,7 @@ impl Attention {
         &self,
         xn: Tensor<2>,
         p: &LayerInputs<'_>,
-        cache: &mut Option<(Tensor<3>, Tensor<3>)>,
+        cache: &mut Option<LayerKv>,
     ) -> Tensor<2> {
         let c = p.cfg;
         let [t, _] = xn.dims();
@@ -132,13 +132,7 @@ impl Attention {
         let q = heads(&self.attn_q, c.heads, Some(&self.attn_q_norm)).swap_dims(0, 1);
         let k = heads(&self.attn_k, c.kv_heads, Some(&self.attn_k_norm)).swap_dims(0, 1);
         let v = heads(&self.attn_v, c.kv_heads, None).swap_dims(0, 1);
-        let prior = cache.take();
-        let q0 = prior.as_ref().map_or(0, |(pk, _)| pk.dims()[1]);
-        let (k, v) = match prior {
-            Some((pk, pv)) => (Tensor::cat(vec![pk, k], 1), Tensor::cat(vec![pv, v], 1)),
-            None => (k, v),
-        };
-        *cache = Some((k.clone(), v.clone()));
+        let (k, v, q0) = LayerKv::append(cache, k, v);
         let g = c.heads / c.kv_heads;
         let a = segmented_attention(q, k, v, q0, p.segments, g, c.attn_scale);
         let a = a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]);
@@ -193,7 +187,7 @@ impl Layer {
         i: usize,
         x: Tensor<2>,
         p: &LayerInputs<'_>,
-        cache: &mut Option<(Tensor<3>, Tensor<3>)>,
+        cache: &mut Option<LayerKv>,
         tr: &mut dyn Tracer,
     ) -> Tensor<2> {
         let eps = p.cfg.eps;

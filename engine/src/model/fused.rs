@@ -49,6 +49,7 @@ fn attention_kernel(
     out: &mut Tensor<f32>,
     t: u32,
     s: u32,
+    kv_stride: u32,
     groups: u32,
     scale: f32,
     #[comptime] d: usize,
@@ -67,7 +68,7 @@ fn attention_kernel(
     if active {
         row = i;
     }
-    let kv_base = (h / groups as usize) * s * d;
+    let kv_base = (h / groups as usize) * kv_stride as usize;
     let q_base = (h * t + row) * d;
     let mut qv = Array::<f32>::new(d);
     let mut acc = Array::<f32>::new(d);
@@ -179,7 +180,8 @@ impl AttentionOps for CubeBackend {
         groups: usize,
         scale: f32,
     ) -> CubeTensor {
-        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
+        let q = into_contiguous(q);
+        let (k, v, kv_stride) = kv_rows(k, v);
         let [heads, t, d] = q.meta.shape().dims::<3>();
         let s = k.meta.shape().dims::<3>()[1];
         let client = q.client.clone();
@@ -203,6 +205,7 @@ impl AttentionOps for CubeBackend {
             out.clone().into_tensor_arg(),
             t as u32,
             s as u32,
+            kv_stride as u32,
             groups as u32,
             scale,
             d,
@@ -211,6 +214,24 @@ impl AttentionOps for CubeBackend {
         );
         out
     }
+}
+
+/// `k` and `v` (`[kv_heads, s, d]`) as the attention kernels read them: rows of `d` contiguous
+/// floats, heads the returned stride apart. The KV cache's views (the first `s` positions of
+/// buffers with spare capacity) already are, and are read in place; anything else is made
+/// contiguous (stride `s · d`).
+pub(super) fn kv_rows(k: CubeTensor, v: CubeTensor) -> (CubeTensor, CubeTensor, usize) {
+    let rows = |x: &CubeTensor| {
+        let (st, d) = (x.meta.strides(), x.meta.shape().dims::<3>()[2]);
+        st[2] == 1 && st[1] == d
+    };
+    if rows(&k) && rows(&v) && k.meta.strides()[0] == v.meta.strides()[0] {
+        let stride = k.meta.strides()[0];
+        return (k, v, stride);
+    }
+    let (k, v) = (into_contiguous(k), into_contiguous(v));
+    let [_, s, d] = k.meta.shape().dims::<3>();
+    (k, v, s * d)
 }
 
 /// Largest head size the kernel takes: each invocation keeps `q` and its accumulator in

@@ -1,15 +1,103 @@
 //! The decoder's KV cache: immutable weights stay in [`super::Decoder`], the state of one
 //! conversation lives here and is passed `&mut` (burn-lm's layout).
+//!
+//! Each layer keeps its keys and values in buffers with spare positions, so a token writes
+//! only its own rows (one in-place `slice_assign` each) and attention reads the valid prefix
+//! through a view. Appending by `Tensor::cat` rewrote the whole cache every token: O(length)
+//! traffic and four dispatches per layer, where this is two.
 
 use std::ops::Range;
 
 use burn::tensor::Tensor;
 
+/// Positions a layer's buffers grow by when full on a GPU: a copy of the valid prefix every
+/// this many tokens, and at most this many unused positions (MedGemma 4B: 272 KiB per position
+/// over its 34 layers, so ≤ 70 MB). The CPU path grows them to the exact length, as `cat` did:
+/// a 4B pair there sits a few hundred MB under wasm32's 4 GiB ([`super::footprint`] counts
+/// its working memory with exact caches), and a copy costs it no dispatch.
+const GROW: usize = 256;
+
+/// One layer's keys and values: `[kv_heads, capacity, head_dim]` buffers whose first `len`
+/// positions are valid.
+#[derive(Debug, Clone)]
+pub(super) struct LayerKv {
+    k: Tensor<3>,
+    v: Tensor<3>,
+    len: usize,
+}
+
+impl LayerKv {
+    /// Writes `k` and `v` (`[kv_heads, t, head_dim]`) after the valid positions of `slot`,
+    /// growing its buffers when they are full, and returns views of every valid position with
+    /// the number that were there before.
+    ///
+    /// The write is in place when `slot` holds the only reference to its buffers; a clone of the
+    /// cache (a study's cached prefix) shares them, and its first write copies them instead, so
+    /// neither sees the other's positions.
+    pub(super) fn append(
+        slot: &mut Option<LayerKv>,
+        k: Tensor<3>,
+        v: Tensor<3>,
+    ) -> (Tensor<3>, Tensor<3>, usize) {
+        let [h, t, d] = k.dims();
+        // The first rows are kept as they come, with no spare position: a pass that is never
+        // continued (a study's shared prefix, the CPU) then writes nothing, and the next
+        // append grows them into buffers with room, as it would have copied them anyway.
+        if slot.is_none() {
+            *slot = Some(LayerKv {
+                k: k.clone(),
+                v: v.clone(),
+                len: t,
+            });
+            return (k, v, 0);
+        }
+        let (kb, vb, len) = match slot.take() {
+            Some(l) if l.len + t <= l.k.dims()[1] => (l.k, l.v, l.len),
+            prior => {
+                let len = prior.as_ref().map_or(0, |l| l.len);
+                let device = k.device();
+                let grow = if crate::device::queues_work(&device) {
+                    GROW
+                } else {
+                    1
+                };
+                let cap = (len + t).div_ceil(grow) * grow;
+                // Positions past `len` are never read (views stop there), so they are left
+                // unwritten rather than zeroed: one dispatch fewer per growth.
+                let regrow = |old: Option<Tensor<3>>| {
+                    let fresh = Tensor::<3>::empty([h, cap, d], &device);
+                    match old {
+                        Some(o) if len > 0 => {
+                            fresh.slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d]))
+                        }
+                        _ => fresh,
+                    }
+                };
+                let (pk, pv) = prior.map_or((None, None), |l| (Some(l.k), Some(l.v)));
+                (regrow(pk), regrow(pv), len)
+            }
+        };
+        let kb = kb.slice_assign([0..h, len..len + t, 0..d], k);
+        let vb = vb.slice_assign([0..h, len..len + t, 0..d], v);
+        let end = len + t;
+        let views = (
+            kb.clone().slice([0..h, 0..end, 0..d]),
+            vb.clone().slice([0..h, 0..end, 0..d]),
+        );
+        *slot = Some(LayerKv {
+            k: kb,
+            v: vb,
+            len: end,
+        });
+        (views.0, views.1, len)
+    }
+}
+
 /// Keys and values of every layer for the positions seen so far.
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    /// Per layer, keys and values `[kv_heads, len, head_dim]` (`None` before the first token).
-    pub(super) layers: Vec<Option<(Tensor<3>, Tensor<3>)>>,
+    /// Per layer (`None` before the first token).
+    pub(super) layers: Vec<Option<LayerKv>>,
     /// Positions already in the cache.
     pub len: usize,
     /// Absolute position ranges of image soft tokens (each attends bidirectionally within).
@@ -33,16 +121,48 @@ impl KvCache {
             return;
         }
         for l in self.layers.iter_mut() {
-            *l = if len == 0 {
-                None
-            } else {
-                l.take().map(|(k, v)| {
-                    let [h, _, d] = k.dims();
-                    (k.slice([0..h, 0..len, 0..d]), v.slice([0..h, 0..len, 0..d]))
-                })
-            };
+            match l {
+                Some(kv) if len > 0 => kv.len = len,
+                _ => *l = None,
+            }
         }
         self.image_spans.retain(|s| s.end <= len);
         self.len = len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LayerKv;
+    use burn::tensor::{Distribution, Tensor};
+
+    fn values(t: Tensor<3>) -> Vec<f32> {
+        t.into_data().try_into_vec::<f32>().unwrap()
+    }
+
+    /// Appends across a growth, then two clones that each append their own token: every view
+    /// holds exactly the rows written to it, on the GPU (spare positions, in-place writes,
+    /// copy on write for the shared buffers) and on the CPU (exact buffers).
+    #[test]
+    fn appends_grow_and_clones_do_not_see_each_others_tokens() {
+        let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        for dev in [gpu, crate::device::cpu()] {
+            let rows = |n| Tensor::<3>::random([2, n, 8], Distribution::Default, &dev);
+            let (a, b, c, d) = (rows(200), rows(100), rows(1), rows(1));
+            let mut slot = None;
+            let (k, _, q0) = LayerKv::append(&mut slot, a.clone(), a.clone() * 2.0);
+            assert_eq!((k.dims(), q0), ([2, 200, 8], 0));
+            let (k, v, q0) = LayerKv::append(&mut slot, b.clone(), b.clone() * 2.0);
+            assert_eq!((k.dims(), q0), ([2, 300, 8], 200));
+            let ab = Tensor::cat(vec![a, b], 1);
+            assert_eq!(values(k), values(ab.clone()));
+            assert_eq!(values(v), values(ab.clone() * 2.0));
+            let mut fork = slot.clone();
+            let (k1, _, _) = LayerKv::append(&mut slot, c.clone(), c.clone());
+            let (k2, _, q0) = LayerKv::append(&mut fork, d.clone(), d.clone());
+            assert_eq!(q0, 300);
+            assert_eq!(values(k1), values(Tensor::cat(vec![ab.clone(), c], 1)));
+            assert_eq!(values(k2), values(Tensor::cat(vec![ab, d], 1)));
+        }
     }
 }
