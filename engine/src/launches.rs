@@ -10,7 +10,7 @@
 //! through `nn::read_f32` or the session's id read, and every per-forward upload through the
 //! rope tables, masks and id tensors. Nothing here runs on the CPU backend, whose counts stay 0.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +21,8 @@ thread_local! {
     // Per thread, as the launches are: a pass runs on one thread.
     static READS: Cell<u64> = const { Cell::new(0) };
     static UPLOADS: Cell<u64> = const { Cell::new(0) };
+    /// Launches by kernel on this thread while a [`Counting`] of it lives.
+    static TALLY: RefCell<Option<BTreeMap<&'static str, u64>>> = const { RefCell::new(None) };
 }
 
 /// cubecl-wgpu submits its queued tasks every this many launches (`CUBECL_WGPU_MAX_TASKS`,
@@ -37,56 +39,68 @@ pub fn note_upload() {
     UPLOADS.set(UPLOADS.get() + 1);
 }
 
-/// Launches by kernel, from the thread that started counting only: the observer is
-/// process-wide, and natively other threads (parallel tests, another model) may launch too.
-struct Tally {
-    counts: Mutex<BTreeMap<&'static str, u64>>,
-    #[cfg(not(target_family = "wasm"))]
-    thread: std::thread::ThreadId,
-}
+/// The one observer, process-wide as CubeCL's slot is: each launch goes to the tally of the
+/// thread that issued it, if that thread is counting (natively other threads, parallel tests
+/// or another model, launch too).
+struct ThreadTally;
 
-impl LaunchObserver for Tally {
+impl LaunchObserver for ThreadTally {
     fn launched(&self, kernel: &'static str) {
-        #[cfg(not(target_family = "wasm"))]
-        if std::thread::current().id() != self.thread {
-            return;
-        }
-        // A poisoned lock only means another count panicked; keep counting.
-        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        *m.entry(kernel).or_default() += 1;
+        TALLY.with_borrow_mut(|t| {
+            if let Some(m) = t {
+                *m.entry(kernel).or_default() += 1;
+            }
+        });
     }
 }
 
-/// Counts what this thread issues until [`Counting::finish`]. One at a time: the launch observer
-/// is process-wide, and a second count replaces the first while it lives.
+/// Counts alive on any thread, and the observer installed while there are any. CubeCL's guard
+/// restores the observer it replaced when it drops, so one guard per count, with counts on
+/// two threads ending out of order, uninstalled the other's observer mid-pass (a test saw 35
+/// of a question's 139 dispatches).
+static ACTIVE: Mutex<(usize, Option<LaunchObservation>)> = Mutex::new((0, None));
+
+fn active() -> std::sync::MutexGuard<'static, (usize, Option<LaunchObservation>)> {
+    // A poisoned lock only means a count panicked; the state is still whole.
+    ACTIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts what this thread issues until [`Counting::finish`] (one count per thread at a time).
 #[must_use = "counting stops when dropped"]
 pub struct Counting {
-    tally: Arc<Tally>,
-    _observation: LaunchObservation,
     reads: u64,
     uploads: u64,
 }
 
 /// Starts counting.
 pub fn count() -> Counting {
-    let tally = Arc::new(Tally {
-        counts: Mutex::default(),
-        #[cfg(not(target_family = "wasm"))]
-        thread: std::thread::current().id(),
-    });
+    TALLY.set(Some(BTreeMap::new()));
+    let mut a = active();
+    a.0 += 1;
+    if a.1.is_none() {
+        a.1 = Some(LaunchObservation::new(Arc::new(ThreadTally)));
+    }
     Counting {
-        _observation: LaunchObservation::new(tally.clone()),
-        tally,
         reads: READS.get(),
         uploads: UPLOADS.get(),
+    }
+}
+
+impl Drop for Counting {
+    fn drop(&mut self) {
+        TALLY.set(None);
+        let mut a = active();
+        a.0 = a.0.saturating_sub(1);
+        if a.0 == 0 {
+            a.1 = None;
+        }
     }
 }
 
 impl Counting {
     /// Stops counting and returns the counts.
     pub fn finish(self) -> Counts {
-        let by_kernel =
-            std::mem::take(&mut *self.tally.counts.lock().unwrap_or_else(|e| e.into_inner()));
+        let by_kernel = TALLY.with_borrow_mut(|t| t.take()).unwrap_or_default();
         let mut by_kernel: Vec<KernelCount> = by_kernel
             .into_iter()
             .map(|(name, n)| KernelCount {

@@ -36,6 +36,14 @@ fn model_on(with_mmproj: bool, dev: &rexvqa_engine::device::Device) -> Model {
     .unwrap()
 }
 
+/// Held by the tests that compute on the GPU: [`count_passes`]' dry run drops the launches of
+/// every thread of the process while it lives, so no other GPU work may overlap it.
+static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn gpu_lock() -> std::sync::MutexGuard<'static, ()> {
+    GPU.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn opts() -> BenchOptions {
     BenchOptions {
         prefill_lengths: vec![40, 80],
@@ -114,6 +122,7 @@ fn the_kernel_survey_times_every_type_and_variant() {
         pollster::block_on(kernel_survey(&device::cpu(), 8, 256, &[1, 9], 1, &clock)).unwrap();
     assert_eq!(cpu.len(), types * 2);
     assert!(cpu.iter().all(|t| t.ms.is_finite() && t.ms > 0.0));
+    let _gpu = gpu_lock();
     let gpu = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     let t = pollster::block_on(kernel_survey(&gpu, 8, 256, &[1, 9], 1, &clock)).unwrap();
     let halves = Half::available(&gpu).len();
@@ -169,6 +178,7 @@ fn the_cli_reports_load_only_and_checks_survey_shapes() {
 /// the same passes issue when they run.
 #[test]
 fn dry_runs_count_what_real_runs_do() {
+    let _gpu = gpu_lock();
     let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     let m = model_on(true, &dev);
     let real = pollster::block_on(count_passes_now(&m, 2)).unwrap();
@@ -206,6 +216,7 @@ fn dry_runs_count_what_real_runs_do() {
 fn the_device_sync_waits_for_queued_work() {
     use rexvqa_engine::gguf::GgmlType;
     use rexvqa_engine::quant::ops::{Half, Kernel, MAX_CHUNK_BYTES, QMatrix};
+    let _gpu = gpu_lock();
     let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     let (rows, cols, m) = (1024, 1024, 256);
     let bytes = rexvqa_engine::quant::random_blocks(GgmlType::Q4_K, rows * cols, 3);

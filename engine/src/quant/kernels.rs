@@ -253,9 +253,10 @@ pub fn qmatmul_kernel<H: CubePrimitive>(
     out[idx] = acc;
 }
 
-/// `out[t, j] = W[ids[t] - row0, j]`: an embedding lookup on packed rows; 0 for ids outside
-/// `row0..row0 + rows`, so ids that stay on the device can be looked up in every chunk of a
-/// split matrix and the parts added (adding exact zeros changes nothing).
+/// `out[t, j] = W[ids[t] - row0, j]`: an embedding lookup on packed rows. Ids outside
+/// `row0..row0 + rows` get 0, or with `only_hits` leave `out` as it is, so ids that stay on the
+/// device are looked up in every chunk of a split matrix, each chunk writing its own rows into
+/// the first chunk's output: one dispatch per chunk and no sum.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn qgather_kernel<H: CubePrimitive>(
@@ -269,6 +270,7 @@ pub fn qgather_kernel<H: CubePrimitive>(
     rows: u32,
     #[comptime] ty: u32,
     #[comptime] native: bool,
+    #[comptime] only_hits: bool,
     #[define(H)] _half: ElemType,
 ) {
     let idx = ABSOLUTE_POS;
@@ -280,13 +282,21 @@ pub fn qgather_kernel<H: CubePrimitive>(
     let j = idx % k;
     let id = ids[t];
     let mut v = 0.0f32;
+    let mut hit = false;
     if id >= row0 {
         let r = id - row0;
         if r < rows {
             v = dequant_one(w, wh, r as usize * row_words as usize, j, ty, native);
+            hit = true;
         }
     }
-    out[idx] = v;
+    if comptime!(only_hits) {
+        if hit {
+            out[idx] = v;
+        }
+    } else {
+        out[idx] = v;
+    }
 }
 
 /// Input rows a matrix–vector invocation carries (each decoded weight is used this many times).

@@ -283,6 +283,21 @@ pub trait QuantOps: burn::backend::Backend {
         rows: usize,
         half: u32,
     ) -> FloatTensor<Self>;
+
+    /// [`QuantOps::qgather`] for a later chunk of a split matrix: writes the rows of the ids
+    /// this chunk holds into `out` (the first chunk's gather, `[ids.len(), k]`) and leaves the
+    /// rest (GPU backends; the CPU adds the chunks' gathers).
+    #[allow(clippy::too_many_arguments)]
+    fn qgather_into(
+        ids: IntTensor<Self>,
+        w: IntTensor<Self>,
+        out: FloatTensor<Self>,
+        ty_id: u32,
+        k: usize,
+        row0: usize,
+        rows: usize,
+        half: u32,
+    ) -> FloatTensor<Self>;
 }
 
 fn ggml(ty_id: u32) -> GgmlType {
@@ -402,6 +417,19 @@ impl QuantOps for Flex {
             dequantize_packed(ty, &ws[r * wpr..(r + 1) * wpr], k, y).expect("row is whole blocks");
         }
         burn::backend::flex::FlexTensor::from_data(TensorData::new(out, [ids.len(), k]))
+    }
+
+    fn qgather_into(
+        _ids: IntTensor<Self>,
+        _w: IntTensor<Self>,
+        _out: FloatTensor<Self>,
+        _ty_id: u32,
+        _k: usize,
+        _row0: usize,
+        _rows: usize,
+        _half: u32,
+    ) -> FloatTensor<Self> {
+        unreachable!("the CPU adds the chunks' gathers (QMatrix::gather_with checks the device)")
     }
 }
 
@@ -571,37 +599,73 @@ impl QuantOps for CubeBackend {
         rows: usize,
         half: u32,
     ) -> CubeTensor {
-        let (ids, w) = (into_contiguous(ids), into_contiguous(w));
         let t = ids.meta.shape().num_elements();
-        let client = w.client.clone();
-        let native = native_half(client.properties(), half);
-        let (wh, h_elem) = half_view(&w, native);
-        let out = empty_device_dtype(client.clone(), w.device.clone(), [t, k].into(), DType::F32);
-        let count = t * k;
-        let cube_dim = cubecl::CubeDim::new(&client, count);
-        let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
-        let wpr = row_words(ggml(ty_id), k) as u32;
-        let launch = |tyc: u32| {
-            qgather_kernel::launch(
-                &client,
-                cube_count.clone(),
-                cube_dim,
-                ids.clone().into_tensor_arg(),
-                w.clone().into_tensor_arg(),
-                wh.clone().into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                k as u32,
-                wpr,
-                row0 as u32,
-                rows as u32,
-                tyc,
-                native,
-                h_elem,
-            )
-        };
-        by_type!(ty_id, launch);
-        out
+        let out = empty_device_dtype(
+            w.client.clone(),
+            w.device.clone(),
+            [t, k].into(),
+            DType::F32,
+        );
+        launch_qgather(ids, w, out, ty_id, k, row0, rows, half, false)
     }
+
+    fn qgather_into(
+        ids: CubeTensor,
+        w: CubeTensor,
+        out: CubeTensor,
+        ty_id: u32,
+        k: usize,
+        row0: usize,
+        rows: usize,
+        half: u32,
+    ) -> CubeTensor {
+        launch_qgather(ids, w, out, ty_id, k, row0, rows, half, true)
+    }
+}
+
+/// [`qgather_kernel`] into `out` (`[ids, k]`, contiguous, written in place).
+#[allow(clippy::too_many_arguments)]
+fn launch_qgather(
+    ids: CubeTensor,
+    w: CubeTensor,
+    out: CubeTensor,
+    ty_id: u32,
+    k: usize,
+    row0: usize,
+    rows: usize,
+    half: u32,
+    only_hits: bool,
+) -> CubeTensor {
+    let (ids, w) = (into_contiguous(ids), into_contiguous(w));
+    let t = ids.meta.shape().num_elements();
+    let client = w.client.clone();
+    let native = native_half(client.properties(), half);
+    let (wh, h_elem) = half_view(&w, native);
+    let count = t * k;
+    let cube_dim = cubecl::CubeDim::new(&client, count);
+    let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
+    let wpr = row_words(ggml(ty_id), k) as u32;
+    let launch = |tyc: u32| {
+        qgather_kernel::launch(
+            &client,
+            cube_count.clone(),
+            cube_dim,
+            ids.clone().into_tensor_arg(),
+            w.clone().into_tensor_arg(),
+            wh.clone().into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            k as u32,
+            wpr,
+            row0 as u32,
+            rows as u32,
+            tyc,
+            native,
+            only_hits,
+            h_elem,
+        )
+    };
+    by_type!(ty_id, launch);
+    out
 }
 
 /// Largest device buffer a weight chunk may take; rows are split so no chunk exceeds it (the
@@ -771,20 +835,37 @@ impl QMatrix {
 
     /// [`QMatrix::gather_device`] with a chosen f16 form.
     pub fn gather_with(&self, ids: Tensor<1, Int>, half: Half) -> Tensor<2> {
-        self.chunks
-            .iter()
-            .map(|c| {
-                Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qgather(
-                    ids.clone().into_dispatch(),
-                    c.words.clone().into_dispatch(),
-                    self.ty.id(),
-                    self.cols,
-                    c.row0,
-                    c.rows,
-                    half.id(),
-                ))
-            })
-            .reduce(|a, b| a + b)
-            .expect("a matrix has at least one chunk")
+        let gather = |c: &Chunk| {
+            Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qgather(
+                ids.clone().into_dispatch(),
+                c.words.clone().into_dispatch(),
+                self.ty.id(),
+                self.cols,
+                c.row0,
+                c.rows,
+                half.id(),
+            ))
+        };
+        let (first, rest) = self
+            .chunks
+            .split_first()
+            .expect("a matrix has at least one chunk");
+        if !crate::device::queues_work(&ids.device()) {
+            return rest.iter().fold(gather(first), |a, c| a + gather(c));
+        }
+        // Each later chunk writes the rows it holds into the first chunk's output: a lookup
+        // of the 4B's 17-chunk embedding is 17 dispatches where gathers and sums took 33.
+        rest.iter().fold(gather(first), |out, c| {
+            Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qgather_into(
+                ids.clone().into_dispatch(),
+                c.words.clone().into_dispatch(),
+                out.into_dispatch(),
+                self.ty.id(),
+                self.cols,
+                c.row0,
+                c.rows,
+                half.id(),
+            ))
+        })
     }
 }
