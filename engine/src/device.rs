@@ -69,6 +69,17 @@ pub fn adapter(device: &Device) -> Option<Adapter> {
     }
 }
 
+/// The largest buffer a kernel may bind on `device` (the adapter's storage binding and
+/// buffer limits); None for the CPU.
+pub fn max_binding_bytes(device: &Device) -> Option<u64> {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => {
+            Some(d.client().properties().memory.max_page_size)
+        }
+        _ => None,
+    }
+}
+
 /// The CPU device.
 pub fn cpu() -> Device {
     Device::flex()

@@ -324,6 +324,20 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
             let name = format!("fused.{}", op.name());
             timed(&mut checks, check(name, Some(op.form()), r));
         }
+        // The decoder's q/k norm + RoPE with its cache write (the RoPE form's other kernel).
+        let shape = rows::QK_STORE_CASES[0];
+        let r = rows::qk_store_max_error(device, shape, 5, true, 300)
+            .await
+            .map(|e| Measured {
+                max_error: e,
+                bound: rows::TOLERANCE,
+                detail: format!("{shape:?} at position 5, from one joined product"),
+            })
+            .map_err(|e| e.to_string());
+        timed(
+            &mut checks,
+            check("fused.qk_norm_rope_store".into(), Some(Form::FusedRope), r),
+        );
     }
     turn_off_failed(&checks);
     for c in tiny_forward(device).await {

@@ -4,8 +4,12 @@
 mod fused_attention;
 
 use rexvqa_engine::device;
+use rexvqa_engine::gguf::GgmlType;
 use rexvqa_engine::quant::conformance::{cases, check_half_forms_agree, check_matmul};
-use rexvqa_engine::quant::ops::{Half, Kernel, allow_software_subgroups, native_half_exact};
+use rexvqa_engine::quant::ops::{
+    Half, Kernel, QMatrix, allow_software_subgroups, native_half_exact,
+};
+use rexvqa_engine::quant::random_blocks;
 use rexvqa_engine::selftest::attention::{self, DECODE_CASES};
 use rexvqa_engine::selftest::rows;
 
@@ -152,6 +156,62 @@ fn wgpu_fused_row_kernels_and_their_composed_forms_match_an_f64_evaluation() {
             );
         }
     }
+}
+
+/// The decoder's q/k norm + RoPE kernel that also writes the KV cache: q and the written keys
+/// against an f64 evaluation, values copied exactly, other positions and a sharing clone
+/// untouched; at the start of a buffer and after earlier positions.
+#[test]
+fn wgpu_qk_norm_rope_writes_the_cache_and_leaves_shared_buffers_alone() {
+    let dev = gpu();
+    for (i, shape) in rows::QK_STORE_CASES.into_iter().enumerate() {
+        for (pos, joined) in [(0, false), (7, true), (7, false)] {
+            let err =
+                pollster::block_on(rows::qk_store_max_error(&dev, shape, pos, joined, i as u64))
+                    .unwrap();
+            eprintln!("{shape:?} at {pos}, joined {joined}: {err:.2e}");
+            // Measured on lavapipe: ≤ 2.3e-7 (2026-11-24); the bound is the row kernels' own.
+            assert!(err < rows::TOLERANCE, "{shape:?} at {pos}: error {err:e}");
+        }
+    }
+}
+
+/// Joining a matrix's streaming buffers (the head, at load on a GPU) changes no product and no
+/// looked-up row by a bit, and keeps each joined buffer within the bound: 67 rows in buffers
+/// of 28, 28 and 11, regrouped into 56 and 11.
+#[test]
+fn wgpu_regrouped_buffers_give_the_same_products_and_rows() {
+    use burn::tensor::{Int, Tensor, TensorData};
+    let dev = gpu();
+    let (ty, n, k) = (GgmlType::Q4_K, 67, 256);
+    let bytes = random_blocks(ty, n * k, 9);
+    let split = QMatrix::upload(ty, &bytes, n, k, &dev, 4096).unwrap();
+    assert_eq!(split.n_chunks(), 3);
+    let joined = split.clone().regroup(2 * 4096);
+    assert_eq!(joined.n_chunks(), 2);
+    let values = |t: Tensor<2>| t.into_data().try_into_vec::<f32>().unwrap();
+    for m in [1, 5] {
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7919) % 13) as f32 / 6.0 - 1.0)
+            .collect();
+        let x = Tensor::<2>::from_data(TensorData::new(x, [m, k]), &dev);
+        assert_eq!(
+            values(split.matmul(x.clone())),
+            values(joined.matmul(x)),
+            "m={m}"
+        );
+    }
+    let ids = [0u32, 30, 66, 27, 28, 55, 56];
+    let ids = || {
+        Tensor::<1, Int>::from_data(
+            TensorData::new(ids.to_vec(), [ids.len()]),
+            (&dev, burn::tensor::DType::U32),
+        )
+    };
+    assert_eq!(
+        values(split.gather_device(ids())),
+        values(joined.gather_device(ids()))
+    );
 }
 
 #[test]

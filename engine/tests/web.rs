@@ -203,6 +203,22 @@ mod model_in_browser {
         }
     }
 
+    /// The decoder's q/k norm + RoPE kernel with its KV-cache write, on WebGPU (as the native
+    /// test).
+    #[wasm_bindgen_test]
+    async fn qk_norm_rope_writes_the_cache_and_leaves_shared_buffers_alone_on_webgpu() {
+        let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        for (i, shape) in rows::QK_STORE_CASES.into_iter().enumerate() {
+            for (pos, joined) in [(0, false), (7, true)] {
+                let err = rows::qk_store_max_error(&dev, shape, pos, joined, i as u64)
+                    .await
+                    .unwrap();
+                wasm_bindgen_test::console_log!("qk store {shape:?} at {pos}: {err:.2e}");
+                assert!(err < rows::TOLERANCE, "{shape:?} at {pos}: error {err:e}");
+            }
+        }
+    }
+
     /// Letter logits of the official prompt and the last-position logits of the top-32 ids.
     async fn run(model: &Model) -> (Vec<f32>, Vec<f32>, Vec<u32>) {
         let opts = [

@@ -9,32 +9,97 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use super::ModelError;
 use super::attention::segmented_attention;
 use super::config::TextConfig;
+use super::fused_rows;
 use super::kv_cache::{KvCache, LayerKv};
 use super::load::Loader;
 use super::names::{self, Block, blk};
-use super::nn::{add_rms_norm, gelu_mul, rms_norm, rms_norm_rope, rope_tables};
+use super::nn::{
+    add_rms_norm_then_norm, gelu_mul, gelu_mul_halves, rms_norm, rms_norm_rope, rope_tables,
+};
 use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
 use crate::quant::forms::{self, Form};
 use crate::quant::ops::QMatrix;
 use crate::tokenizer::ids;
 
+/// A layer's query, key and value projections, joined at load where their types allow, so one
+/// product (or two) computes all three.
+#[derive(Debug, Clone)]
+enum Projections {
+    /// q, k and v rows in one buffer.
+    Qkv(QMatrix),
+    /// q and k rows in one buffer; v of another type (Q4_K_M gives some layers' v Q6_K).
+    Qk(QMatrix, QMatrix),
+    /// Three buffers (a matrix split into several).
+    Apart(QMatrix, QMatrix, QMatrix),
+}
+
+impl Projections {
+    fn new(q: QMatrix, k: QMatrix, v: QMatrix) -> Projections {
+        match QMatrix::join(q, k) {
+            Err((q, k)) => Projections::Apart(q, k, v),
+            Ok(qk) => match QMatrix::join(qk, v) {
+                Ok(qkv) => Projections::Qkv(qkv),
+                Err((qk, v)) => Projections::Qk(qk, v),
+            },
+        }
+    }
+
+    /// The products of `xn` `[t, hidden]` holding q, k and v (`[t, ·]`; the same product where
+    /// joined), with the first column of each (`q_dim`, `kv_dim` columns).
+    fn project(&self, xn: Tensor<2>, q_dim: usize, kv_dim: usize) -> [(Tensor<2>, usize); 3] {
+        match self {
+            Projections::Qkv(m) => {
+                let y = m.matmul(xn);
+                [(y.clone(), 0), (y.clone(), q_dim), (y, q_dim + kv_dim)]
+            }
+            Projections::Qk(qk, v) => {
+                let y = qk.matmul(xn.clone());
+                [(y.clone(), 0), (y, q_dim), (v.matmul(xn), 0)]
+            }
+            Projections::Apart(q, k, v) => [
+                (q.matmul(xn.clone()), 0),
+                (k.matmul(xn.clone()), 0),
+                (v.matmul(xn), 0),
+            ],
+        }
+    }
+
+    /// The matrices by name, in forward order.
+    fn matrices(&self) -> Vec<(&'static str, &QMatrix)> {
+        match self {
+            Projections::Qkv(m) => vec![(blk::ATTN_QKV, m)],
+            Projections::Qk(qk, v) => vec![(blk::ATTN_QK, qk), (blk::ATTN_V, v)],
+            Projections::Apart(q, k, v) => {
+                vec![(blk::ATTN_Q, q), (blk::ATTN_K, k), (blk::ATTN_V, v)]
+            }
+        }
+    }
+}
+
 /// Self-attention of one layer (`blk.N.attn_*`): GQA with per-head q/k RMSNorm and RoPE.
 #[derive(Debug, Clone)]
 struct Attention {
-    attn_q: QMatrix,
-    attn_k: QMatrix,
-    attn_v: QMatrix,
+    qkv: Projections,
     attn_q_norm: Tensor<1>,
     attn_k_norm: Tensor<1>,
     attn_output: QMatrix,
 }
 
+/// A layer's FFN gate and up projections.
+#[derive(Debug, Clone)]
+enum GateUp {
+    /// Gate rows then up rows in one buffer: one product, whose halves the GELU·up kernel
+    /// reads (a dispatch fewer per layer).
+    Joined(QMatrix),
+    /// Stored apart (different types, or split into several buffers): two products.
+    Apart { gate: QMatrix, up: QMatrix },
+}
+
 /// The gated MLP of one layer (`blk.N.ffn_*`): `down(gelu_tanh(gate(x)) · up(x))`.
 #[derive(Debug, Clone)]
 struct Mlp {
-    ffn_gate: QMatrix,
-    ffn_up: QMatrix,
+    gate_up: GateUp,
     ffn_down: QMatrix,
 }
 
@@ -99,10 +164,11 @@ impl Attention {
         c: &TextConfig,
     ) -> Result<Attention, ModelError> {
         let (h, q_dim, kv_dim) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let q = l.qmatrix(&b.weight(blk::ATTN_Q), q_dim, h).await?;
+        let k = l.qmatrix(&b.weight(blk::ATTN_K), kv_dim, h).await?;
+        let v = l.qmatrix(&b.weight(blk::ATTN_V), kv_dim, h).await?;
         Ok(Attention {
-            attn_q: l.qmatrix(&b.weight(blk::ATTN_Q), q_dim, h).await?,
-            attn_k: l.qmatrix(&b.weight(blk::ATTN_K), kv_dim, h).await?,
-            attn_v: l.qmatrix(&b.weight(blk::ATTN_V), kv_dim, h).await?,
+            qkv: Projections::new(q, k, v),
             attn_q_norm: l.vector(&b.weight(blk::ATTN_Q_NORM), c.head_dim).await?,
             attn_k_norm: l.vector(&b.weight(blk::ATTN_K_NORM), c.head_dim).await?,
             attn_output: l.qmatrix(&b.weight(blk::ATTN_OUTPUT), h, q_dim).await?,
@@ -122,17 +188,35 @@ impl Attention {
     ) -> Tensor<2> {
         let c = p.cfg;
         let [t, _] = xn.dims();
-        let heads = |m: &QMatrix, n: usize, norm: Option<&Tensor<1>>| {
-            let y = m.matmul(xn.clone()).reshape([t, n, c.head_dim]);
-            match norm {
-                Some(w) => rms_norm_rope(y, w, &p.rope.0, &p.rope.1, c.eps),
-                None => y,
-            }
+        let (d, q_dim, kv_dim) = (c.head_dim, c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let device = xn.device();
+        let [q, k, v] = self.qkv.project(xn, q_dim, kv_dim);
+        let (q, k, v, q0) = if fused_rows::is_supported(&device, Form::FusedRope) {
+            // q and k normed and rotated, and k and v written into the cache, read in place
+            // from the products: one dispatch where two norm + RoPE kernels and two cache
+            // writes took four.
+            let part = |(x, off): (Tensor<2>, usize), heads| fused_rows::Part { x, off, heads };
+            let parts = [part(q, c.heads), part(k, c.kv_heads), part(v, c.kv_heads)];
+            let shape = [c.kv_heads, t, d];
+            let (k, v, q0, q) = LayerKv::append_with(cache, shape, &device, |kb, vb, pos| {
+                let norms = (&self.attn_q_norm, &self.attn_k_norm);
+                let tables = (&p.rope.0, &p.rope.1);
+                let (q, kb, vb) =
+                    fused_rows::qk_norm_rope_store(parts, d, norms, tables, (kb, vb), pos, c.eps);
+                (kb, vb, q)
+            });
+            (q.swap_dims(0, 1), k, v, q0)
+        } else {
+            let heads = |(x, off): (Tensor<2>, usize), n: usize| {
+                x.slice([0..t, off..off + n * d]).reshape([t, n, d])
+            };
+            let rope = |x, w| rms_norm_rope(x, w, &p.rope.0, &p.rope.1, c.eps).swap_dims(0, 1);
+            let q = rope(heads(q, c.heads), &self.attn_q_norm);
+            let k = rope(heads(k, c.kv_heads), &self.attn_k_norm);
+            let v = heads(v, c.kv_heads).swap_dims(0, 1);
+            let (k, v, q0) = LayerKv::append(cache, k, v);
+            (q, k, v, q0)
         };
-        let q = heads(&self.attn_q, c.heads, Some(&self.attn_q_norm)).swap_dims(0, 1);
-        let k = heads(&self.attn_k, c.kv_heads, Some(&self.attn_k_norm)).swap_dims(0, 1);
-        let v = heads(&self.attn_v, c.kv_heads, None).swap_dims(0, 1);
-        let (k, v, q0) = LayerKv::append(cache, k, v);
         let g = c.heads / c.kv_heads;
         let a = segmented_attention(q, k, v, q0, p.segments, g, c.attn_scale);
         let a = a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]);
@@ -146,16 +230,24 @@ impl Mlp {
         b: &Block,
         c: &TextConfig,
     ) -> Result<Mlp, ModelError> {
+        let gate = l.qmatrix(&b.weight(blk::FFN_GATE), c.ffn, c.hidden).await?;
+        let up = l.qmatrix(&b.weight(blk::FFN_UP), c.ffn, c.hidden).await?;
+        let gate_up = match QMatrix::join(gate, up) {
+            Ok(joined) => GateUp::Joined(joined),
+            Err((gate, up)) => GateUp::Apart { gate, up },
+        };
         Ok(Mlp {
-            ffn_gate: l.qmatrix(&b.weight(blk::FFN_GATE), c.ffn, c.hidden).await?,
-            ffn_up: l.qmatrix(&b.weight(blk::FFN_UP), c.ffn, c.hidden).await?,
+            gate_up,
             ffn_down: l.qmatrix(&b.weight(blk::FFN_DOWN), c.hidden, c.ffn).await?,
         })
     }
 
     /// `[t, hidden]` → `[t, hidden]`.
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let gated = gelu_mul(self.ffn_gate.matmul(x.clone()), self.ffn_up.matmul(x));
+        let gated = match &self.gate_up {
+            GateUp::Joined(m) => gelu_mul_halves(m.matmul(x)),
+            GateUp::Apart { gate, up } => gelu_mul(gate.matmul(x.clone()), up.matmul(x)),
+        };
         self.ffn_down.matmul(gated)
     }
 }
@@ -178,42 +270,46 @@ impl Layer {
         })
     }
 
-    /// Layer `i` on the residual stream `x`: sandwich-normed attention, then MLP.
+    /// Layer `i` on the residual stream `x`, whose input norm `xn` the previous step computed:
+    /// sandwich-normed attention, then MLP. Returns the new stream and its norm by `next_norm`
+    /// (the next layer's input norm, or the final norm), computed with the post-FFW norm in one
+    /// dispatch on a GPU.
     ///
     /// # Shapes
-    /// `x`: `[t, hidden]` → `[t, hidden]`.
+    /// `x`, `xn`: `[t, hidden]` → `[t, hidden]` twice.
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         i: usize,
         x: Tensor<2>,
+        xn: Tensor<2>,
+        next_norm: &Tensor<1>,
         p: &LayerInputs<'_>,
         cache: &mut Option<LayerKv>,
         tr: &mut dyn Tracer,
-    ) -> Tensor<2> {
+    ) -> (Tensor<2>, Tensor<2>) {
         let eps = p.cfg.eps;
-        let xn = rms_norm(x.clone(), &self.attn_norm, eps);
         tr.tap(Tap::layer(trace::ATTN_NORM, i), &xn);
         let a = self.attn.forward(xn, p, cache);
         tr.tap(Tap::layer(trace::ATTN_OUT, i), &a);
-        let h = add_rms_norm(x, a, &self.post_attention_norm, eps);
-        let f = self.ffn.forward(rms_norm(h.clone(), &self.ffn_norm, eps));
+        let (h, hn) = add_rms_norm_then_norm(x, a, &self.post_attention_norm, &self.ffn_norm, eps);
+        let f = self.ffn.forward(hn);
         tr.tap(Tap::layer(trace::FFN_OUT, i), &f);
-        let out = add_rms_norm(h, f, &self.post_ffw_norm, eps);
+        let (out, out_n) = add_rms_norm_then_norm(h, f, &self.post_ffw_norm, next_norm, eps);
         tr.tap(Tap::layer(trace::L_OUT, i), &out);
-        out
+        (out, out_n)
     }
 
     /// The layer's weight matrices by name, in forward order.
-    fn matrices(&self) -> [(&'static str, &QMatrix); 7] {
-        [
-            (blk::ATTN_Q, &self.attn.attn_q),
-            (blk::ATTN_K, &self.attn.attn_k),
-            (blk::ATTN_V, &self.attn.attn_v),
-            (blk::ATTN_OUTPUT, &self.attn.attn_output),
-            (blk::FFN_GATE, &self.ffn.ffn_gate),
-            (blk::FFN_UP, &self.ffn.ffn_up),
-            (blk::FFN_DOWN, &self.ffn.ffn_down),
-        ]
+    fn matrices(&self) -> Vec<(&'static str, &QMatrix)> {
+        let mut v = self.attn.qkv.matrices();
+        v.push((blk::ATTN_OUTPUT, &self.attn.attn_output));
+        match &self.ffn.gate_up {
+            GateUp::Joined(m) => v.push((blk::FFN_GATE_UP, m)),
+            GateUp::Apart { gate, up } => v.extend([(blk::FFN_GATE, gate), (blk::FFN_UP, up)]),
+        }
+        v.push((blk::FFN_DOWN, &self.ffn.ffn_down));
+        v
     }
 }
 
@@ -223,9 +319,16 @@ impl Decoder {
         l: &mut Loader<'_, S>,
         cfg: TextConfig,
     ) -> Result<Decoder, ModelError> {
-        let token_embd = l
+        let mut token_embd = l
             .qmatrix(&names::weight(names::TOKEN_EMBD), cfg.vocab, cfg.hidden)
             .await?;
+        // The head and the embedding lookup run once per chunk: on a GPU, chunks as large as
+        // the device binds (the CPU keeps the streaming chunks: a join there would hold a
+        // second copy in wasm memory while it runs).
+        if let Some(max) = crate::device::max_binding_bytes(l.device()) {
+            let max = (max as usize).min(crate::quant::ops::MAX_CHUNK_BYTES);
+            token_embd = token_embd.regroup(max);
+        }
         let output = names::weight(names::OUTPUT);
         if l.info(&output, &[cfg.hidden as u64, cfg.vocab as u64])
             .is_ok()
@@ -470,14 +573,22 @@ impl Decoder {
             segments: mask_local.as_ref().unwrap_or(&mask_global),
         };
         tracer.tap(Tap::at(trace::INP_SCALED), &x);
+        let Some(first) = self.layers.first() else {
+            cache.len += t;
+            return rms_norm(x, &self.output_norm, c.eps);
+        };
+        let mut xn = rms_norm(x.clone(), &first.attn_norm, c.eps);
         for (i, layer) in self.layers.iter().enumerate() {
             let inputs = if c.is_global(i) { &global } else { &local };
-            x = layer.forward(i, x, inputs, &mut cache.layers[i], tracer);
+            let next_norm = self
+                .layers
+                .get(i + 1)
+                .map_or(&self.output_norm, |l| &l.attn_norm);
+            (x, xn) = layer.forward(i, x, xn, next_norm, inputs, &mut cache.layers[i], tracer);
         }
         cache.len += t;
-        let out = rms_norm(x, &self.output_norm, c.eps);
-        tracer.tap(Tap::at(trace::RESULT_NORM), &out);
-        out
+        tracer.tap(Tap::at(trace::RESULT_NORM), &xn);
+        xn
     }
 
     fn softcap(&self, logits: Tensor<2>) -> Tensor<2> {
@@ -557,7 +668,7 @@ impl Decoder {
         let mut v = vec![(names::TOKEN_EMBD.to_string(), &self.token_embd)];
         if let Some(l) = self.layers.first() {
             let b = Block::text(0);
-            v.extend(l.matrices().map(|(n, m)| (b.name(n), m)));
+            v.extend(l.matrices().into_iter().map(|(n, m)| (b.name(n), m)));
         }
         v
     }

@@ -1,5 +1,6 @@
-//! Fused row-wise kernels for the GPU backends: RMSNorm (alone, added to a residual, or
-//! followed by RoPE), LayerNorm and GELU-tanh(gate)·up, each one dispatch.
+//! Fused row-wise kernels for the GPU backends: RMSNorm (alone, added to a residual, added to a
+//! residual and followed by the next RMSNorm, or followed by RoPE), LayerNorm and
+//! GELU-tanh(gate)·up, each one dispatch.
 //!
 //! Why: burn runs here without its fusion backend, so every elementwise op is a dispatch of its
 //! own; a composed RMSNorm is seven (square, mean, add, sqrt, recip, two products), RoPE after
@@ -125,6 +126,48 @@ fn rms_norm_kernel(
     }
 }
 
+/// `h[r] = residual[r] + x[r] / sqrt(mean(x[r]²) + eps) · w`, then `hn[r] = h[r] /
+/// sqrt(mean(h[r]²) + eps) · w2`: a sandwich norm and the next norm in one dispatch. Each lane
+/// sums the squares of the `h` values it wrote, in the order [`row_sum_squares`] would read
+/// them back, so both outputs equal two [`rms_norm_kernel`] launches bit for bit.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn add_rms_norm_then_norm_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    residual: &Tensor<f32>,
+    w2: &Tensor<f32>,
+    h: &mut Tensor<f32>,
+    hn: &mut Tensor<f32>,
+    rows: u32,
+    d: u32,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let base = row * d;
+    let ms = row_sum_squares(x, base, d) / d as f32;
+    let inv = 1.0f32 / (ms + eps).sqrt();
+    let mut partial = 0.0f32;
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        let v = residual[base + j] + x[base + j] * inv * w[j];
+        h[base + j] = v;
+        partial += v * v;
+        j += CUBE_DIM_X as usize;
+    }
+    let ms2 = workgroup_sum(partial) / d as f32;
+    let inv2 = 1.0f32 / (ms2 + eps).sqrt();
+    j = UNIT_POS_X as usize;
+    while j < d {
+        hn[base + j] = h[base + j] * inv2 * w2[j];
+        j += CUBE_DIM_X as usize;
+    }
+}
+
 /// RMSNorm of each head row of `x [t, heads, d]`, then NEOX RoPE (halves `i`, `i + d/2`) with
 /// the tables `cos`, `sin` `[t, 1, d/2]` of [`super::nn::rope_tables`].
 #[cube(launch)]
@@ -159,6 +202,99 @@ fn rms_norm_rope_kernel(
         out[base + i] = a * c - b * s;
         out[base + half + i] = b * c + a * s;
         i += CUBE_DIM_X as usize;
+    }
+}
+
+/// One layer's q/k RMSNorm + NEOX RoPE and its KV-cache write in one dispatch: rows
+/// `0..t·heads` normalise and rotate the queries (`heads` rows of `d` per position) into
+/// `q_out [t, heads, d]`; rows past them normalise and rotate the keys (`kv_heads` per
+/// position) into the key buffer at positions `pos..pos + t` and copy the values into the
+/// value buffer there (buffers `[kv_heads, cap, d]`, contiguous). Position `i`'s queries start
+/// at `q[i · q_ld + q_off]`, its keys and values likewise, so the three may be column ranges
+/// of one joined product. Each row is
+/// [`rms_norm_rope_kernel`]'s formula in its order, so the results equal that kernel followed
+/// by a copy into the cache bit for bit. Which tensor a row reads is uniform over the
+/// workgroup, and the reduction's barriers stay outside every branch.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn qk_norm_rope_store_kernel(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    qw: &Tensor<f32>,
+    kw: &Tensor<f32>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    q_out: &mut Tensor<f32>,
+    k_buf: &mut Tensor<f32>,
+    v_buf: &mut Tensor<f32>,
+    q_ld: u32,
+    q_off: u32,
+    k_ld: u32,
+    k_off: u32,
+    v_ld: u32,
+    v_off: u32,
+    t: u32,
+    heads: u32,
+    kv_heads: u32,
+    d: u32,
+    cap: u32,
+    pos: u32,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    let q_rows = (t * heads) as usize;
+    if row >= q_rows + (t * kv_heads) as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let half = d / 2;
+    let is_q = row < q_rows;
+    let mut ti = row / heads as usize;
+    let mut src = ti * q_ld as usize + q_off as usize + (row % heads as usize) * d;
+    let mut dst = row * d;
+    let mut v_src = 0usize;
+    if !is_q {
+        let r = row - q_rows;
+        ti = r / kv_heads as usize;
+        let h = r % kv_heads as usize;
+        src = ti * k_ld as usize + k_off as usize + h * d;
+        v_src = ti * v_ld as usize + v_off as usize + h * d;
+        dst = (h * cap as usize + pos as usize + ti) * d;
+    }
+    let table = ti * half;
+    let mut partial = 0.0f32;
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        let x = if is_q { q[src + j] } else { k[src + j] };
+        partial += x * x;
+        j += CUBE_DIM_X as usize;
+    }
+    let ms = workgroup_sum(partial) / d as f32;
+    let inv = 1.0f32 / (ms + eps).sqrt();
+    let mut i = UNIT_POS_X as usize;
+    while i < half {
+        let c = cos[table + i];
+        let s = sin[table + i];
+        if is_q {
+            let a = q[src + i] * inv * qw[i];
+            let b = q[src + half + i] * inv * qw[half + i];
+            q_out[dst + i] = a * c - b * s;
+            q_out[dst + half + i] = b * c + a * s;
+        } else {
+            let a = k[src + i] * inv * kw[i];
+            let b = k[src + half + i] * inv * kw[half + i];
+            k_buf[dst + i] = a * c - b * s;
+            k_buf[dst + half + i] = b * c + a * s;
+        }
+        i += CUBE_DIM_X as usize;
+    }
+    if !is_q {
+        j = UNIT_POS_X as usize;
+        while j < d {
+            v_buf[dst + j] = v[v_src + j];
+            j += CUBE_DIM_X as usize;
+        }
     }
 }
 
@@ -228,6 +364,21 @@ fn gelu_kernel(
     }
 }
 
+/// `out[r, j] = gelu_tanh(x[r, j]) · x[r, f + j]` for rows of `2f`: the product of a gate and
+/// up projection computed as one matrix (gate rows then up rows), in [`gelu_kernel`]'s formula.
+#[cube(launch)]
+fn gelu_halves_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, n: u32, f: u32) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let f = f as usize;
+        let base = (i / f) * 2 * f + i % f;
+        let g = x[base];
+        let inner = (g + g * g * g * GELU_CUBIC) * SQRT_2_OVER_PI;
+        let inner = clamp(inner, -TANH_SATURATED, TANH_SATURATED);
+        out[i] = g * 0.5f32 * (inner.tanh() + 1.0f32) * x[base + f];
+    }
+}
+
 /// The fused row kernels (GPU backends only; see [`is_supported`]).
 #[backend_extension(Cube, Flex)]
 pub trait RowOps: burn::backend::Backend {
@@ -241,6 +392,16 @@ pub trait RowOps: burn::backend::Backend {
         eps: f32,
     ) -> FloatTensor<Self>;
 
+    /// `x`, `residual` `[.., d]`, `w`, `w2` `[d]` → `(h, hn)`: `h = residual + RMSNorm(x) · w`
+    /// and `hn = RMSNorm(h) · w2`.
+    fn fused_add_rms_norm_then_norm(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        w2: FloatTensor<Self>,
+        eps: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
     /// `x [t, heads, d]`, `w [d]`, `cos`/`sin` `[t, 1, d/2]` → RoPE(RMSNorm(x)) `[t, heads, d]`.
     fn fused_rms_norm_rope(
         x: FloatTensor<Self>,
@@ -249,6 +410,28 @@ pub trait RowOps: burn::backend::Backend {
         sin: FloatTensor<Self>,
         eps: f32,
     ) -> FloatTensor<Self>;
+
+    /// Queries, keys and values as column ranges of products `[t, ld]` (`offs`: each range's
+    /// first column; `heads`, `kv_heads` ranges of `d`), norm weights `[d]`, tables
+    /// `[t, 1, d/2]`, cache buffers `[kv_heads, cap, d]` → `(RoPE(RMSNorm(q)) [t, heads, d],
+    /// k_buf, v_buf)` with RoPE(RMSNorm(k)) and `v` written at positions `pos..pos + t` of the
+    /// buffers (in place when they are not shared, else into copies).
+    #[allow(clippy::too_many_arguments)]
+    fn fused_qk_norm_rope_store(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        offs: [usize; 3],
+        heads: [usize; 3],
+        qw: FloatTensor<Self>,
+        kw: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        k_buf: FloatTensor<Self>,
+        v_buf: FloatTensor<Self>,
+        pos: usize,
+        eps: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 
     /// `x [.., d]`, `w`, `b` `[d]` → LayerNorm(x) · w + b.
     fn fused_layer_norm(
@@ -264,6 +447,9 @@ pub trait RowOps: burn::backend::Backend {
         up: FloatTensor<Self>,
         has_up: bool,
     ) -> FloatTensor<Self>;
+
+    /// `x [.., 2f]` (gate then up) → `gelu_tanh(gate) · up` `[.., f]`.
+    fn fused_gelu_halves(x: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 const CPU_COMPOSES: &str = "the CPU composes burn ops (fused_rows::is_supported checks the device)";
@@ -279,6 +465,16 @@ impl RowOps for Flex {
         unreachable!("{CPU_COMPOSES}")
     }
 
+    fn fused_add_rms_norm_then_norm(
+        _x: FloatTensor<Self>,
+        _w: FloatTensor<Self>,
+        _residual: FloatTensor<Self>,
+        _w2: FloatTensor<Self>,
+        _eps: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        unreachable!("{CPU_COMPOSES}")
+    }
+
     fn fused_rms_norm_rope(
         _x: FloatTensor<Self>,
         _w: FloatTensor<Self>,
@@ -286,6 +482,24 @@ impl RowOps for Flex {
         _sin: FloatTensor<Self>,
         _eps: f32,
     ) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
+
+    fn fused_qk_norm_rope_store(
+        _q: FloatTensor<Self>,
+        _k: FloatTensor<Self>,
+        _v: FloatTensor<Self>,
+        _offs: [usize; 3],
+        _heads: [usize; 3],
+        _qw: FloatTensor<Self>,
+        _kw: FloatTensor<Self>,
+        _cos: FloatTensor<Self>,
+        _sin: FloatTensor<Self>,
+        _k_buf: FloatTensor<Self>,
+        _v_buf: FloatTensor<Self>,
+        _pos: usize,
+        _eps: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         unreachable!("{CPU_COMPOSES}")
     }
 
@@ -305,6 +519,10 @@ impl RowOps for Flex {
     ) -> FloatTensor<Self> {
         unreachable!("{CPU_COMPOSES}")
     }
+
+    fn fused_gelu_halves(_x: FloatTensor<Self>) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
 }
 
 /// An uninitialised f32 tensor shaped as `like` (contiguous), on its device.
@@ -315,6 +533,19 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
         like.meta.shape().clone(),
         DType::F32,
     )
+}
+
+/// `x` itself when a kernel may write it in place (the only reference to a contiguous buffer),
+/// else a contiguous copy: a clone of a KV cache (a study's shared prefix) never sees another's
+/// writes.
+fn writable(x: CubeTensor) -> CubeTensor {
+    if !x.is_contiguous() {
+        into_contiguous(x)
+    } else if x.can_mut() {
+        x
+    } else {
+        x.copy()
+    }
 }
 
 /// Rows of `x` (all but the last dimension) and the row length.
@@ -363,6 +594,35 @@ impl RowOps for CubeBackend {
         out
     }
 
+    fn fused_add_rms_norm_then_norm(
+        x: CubeTensor,
+        w: CubeTensor,
+        residual: CubeTensor,
+        w2: CubeTensor,
+        eps: f32,
+    ) -> (CubeTensor, CubeTensor) {
+        let (x, w) = (into_contiguous(x), into_contiguous(w));
+        let (residual, w2) = (into_contiguous(residual), into_contiguous(w2));
+        let (rows, d) = rows_of(&x);
+        let (h, hn) = (empty_like(&x), empty_like(&x));
+        let (count, dim) = row_launch(&x, rows);
+        add_rms_norm_then_norm_kernel::launch(
+            &x.client,
+            count,
+            dim,
+            x.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            residual.into_tensor_arg(),
+            w2.into_tensor_arg(),
+            h.clone().into_tensor_arg(),
+            hn.clone().into_tensor_arg(),
+            rows as u32,
+            d as u32,
+            eps,
+        );
+        (h, hn)
+    }
+
     fn fused_rms_norm_rope(
         x: CubeTensor,
         w: CubeTensor,
@@ -390,6 +650,66 @@ impl RowOps for CubeBackend {
             eps,
         );
         out
+    }
+
+    fn fused_qk_norm_rope_store(
+        q: CubeTensor,
+        k: CubeTensor,
+        v: CubeTensor,
+        offs: [usize; 3],
+        [heads, kv_heads, d]: [usize; 3],
+        qw: CubeTensor,
+        kw: CubeTensor,
+        cos: CubeTensor,
+        sin: CubeTensor,
+        k_buf: CubeTensor,
+        v_buf: CubeTensor,
+        pos: usize,
+        eps: f32,
+    ) -> (CubeTensor, CubeTensor, CubeTensor) {
+        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
+        let (qw, kw) = (into_contiguous(qw), into_contiguous(kw));
+        let (cos, sin) = (into_contiguous(cos), into_contiguous(sin));
+        let (k_buf, v_buf) = (writable(k_buf), writable(v_buf));
+        let [t, q_ld] = q.meta.shape().dims::<2>();
+        let (k_ld, v_ld) = (k.meta.shape().dims::<2>()[1], v.meta.shape().dims::<2>()[1]);
+        let cap = k_buf.meta.shape().dims::<3>()[1];
+        let q_out = empty_device_dtype(
+            q.client.clone(),
+            q.device.clone(),
+            [t, heads, d].into(),
+            DType::F32,
+        );
+        let (count, dim) = row_launch(&q, t * (heads + kv_heads));
+        qk_norm_rope_store_kernel::launch(
+            &q.client,
+            count,
+            dim,
+            q.clone().into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            qw.into_tensor_arg(),
+            kw.into_tensor_arg(),
+            cos.into_tensor_arg(),
+            sin.into_tensor_arg(),
+            q_out.clone().into_tensor_arg(),
+            k_buf.clone().into_tensor_arg(),
+            v_buf.clone().into_tensor_arg(),
+            q_ld as u32,
+            offs[0] as u32,
+            k_ld as u32,
+            offs[1] as u32,
+            v_ld as u32,
+            offs[2] as u32,
+            t as u32,
+            heads as u32,
+            kv_heads as u32,
+            d as u32,
+            cap as u32,
+            pos as u32,
+            eps,
+        );
+        (q_out, k_buf, v_buf)
     }
 
     fn fused_layer_norm(x: CubeTensor, w: CubeTensor, b: CubeTensor, eps: f32) -> CubeTensor {
@@ -430,6 +750,28 @@ impl RowOps for CubeBackend {
         );
         out
     }
+
+    fn fused_gelu_halves(x: CubeTensor) -> CubeTensor {
+        let x = into_contiguous(x);
+        let mut shape = x.meta.shape().clone();
+        let last = shape.num_dims() - 1;
+        let f = shape[last] / 2;
+        shape[last] = f;
+        let n = shape.num_elements();
+        let out = empty_device_dtype(x.client.clone(), x.device.clone(), shape, DType::F32);
+        let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
+        let count = cubecl::calculate_cube_count_elemwise(&x.client, n, dim);
+        gelu_halves_kernel::launch(
+            &x.client,
+            count,
+            dim,
+            x.clone().into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            n as u32,
+            f as u32,
+        );
+        out
+    }
 }
 
 /// Whether `form` runs as its fused kernel on `device`: a GPU device, and the device self-test
@@ -458,6 +800,31 @@ pub fn rms_norm<const D: usize>(
     forms::perturb(Form::FusedNorm, out)
 }
 
+/// Fused `h = residual + rms_norm(x, w)` and `rms_norm(h, w2)`, over the last dimension.
+pub fn add_rms_norm_then_norm<const D: usize>(
+    residual: BurnTensor<D>,
+    x: BurnTensor<D>,
+    w: &BurnTensor<1>,
+    w2: &BurnTensor<1>,
+    eps: f32,
+) -> (BurnTensor<D>, BurnTensor<D>) {
+    let (h, hn) = <Dispatch as RowOps>::fused_add_rms_norm_then_norm(
+        x.into_dispatch(),
+        w.clone().into_dispatch(),
+        residual.into_dispatch(),
+        w2.clone().into_dispatch(),
+        eps,
+    );
+    let (h, hn) = (
+        BurnTensor::<D>::from_dispatch(h),
+        BurnTensor::<D>::from_dispatch(hn),
+    );
+    (
+        forms::perturb(Form::FusedNorm, h),
+        forms::perturb(Form::FusedNorm, hn),
+    )
+}
+
 /// Fused RoPE(RMSNorm(x)): `x [t, heads, d]`, tables `[t, 1, d/2]` → `[t, heads, d]`.
 pub fn rms_norm_rope(
     x: BurnTensor<3>,
@@ -474,6 +841,53 @@ pub fn rms_norm_rope(
         eps,
     ));
     forms::perturb(Form::FusedRope, out)
+}
+
+/// Rows of one projection inside a matrix product `[t, ld]`: columns `off..off + heads · d`.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// The product (contiguous).
+    pub x: BurnTensor<2>,
+    /// First column.
+    pub off: usize,
+    /// Heads of `d` columns.
+    pub heads: usize,
+}
+
+/// Fused q/k RMSNorm + RoPE with the cache write (see [`RowOps::fused_qk_norm_rope_store`]):
+/// returns RoPE(RMSNorm(q)) `[t, heads, d]` and the key and value buffers holding the new rows.
+#[allow(clippy::too_many_arguments)]
+pub fn qk_norm_rope_store(
+    [q, k, v]: [Part; 3],
+    d: usize,
+    (qw, kw): (&BurnTensor<1>, &BurnTensor<1>),
+    (cos, sin): (&BurnTensor<3>, &BurnTensor<3>),
+    (k_buf, v_buf): (BurnTensor<3>, BurnTensor<3>),
+    pos: usize,
+    eps: f32,
+) -> (BurnTensor<3>, BurnTensor<3>, BurnTensor<3>) {
+    let (offs, heads) = ([q.off, k.off, v.off], [q.heads, k.heads, d]);
+    let (q, k_buf, v_buf) = <Dispatch as RowOps>::fused_qk_norm_rope_store(
+        q.x.into_dispatch(),
+        k.x.into_dispatch(),
+        v.x.into_dispatch(),
+        offs,
+        heads,
+        qw.clone().into_dispatch(),
+        kw.clone().into_dispatch(),
+        cos.clone().into_dispatch(),
+        sin.clone().into_dispatch(),
+        k_buf.into_dispatch(),
+        v_buf.into_dispatch(),
+        pos,
+        eps,
+    );
+    let q = forms::perturb(Form::FusedRope, BurnTensor::<3>::from_dispatch(q));
+    (
+        q,
+        BurnTensor::<3>::from_dispatch(k_buf),
+        BurnTensor::<3>::from_dispatch(v_buf),
+    )
 }
 
 /// Fused [`super::nn::layer_norm`].
@@ -501,5 +915,12 @@ pub fn gelu<const D: usize>(gate: BurnTensor<D>, up: Option<BurnTensor<D>>) -> B
         up,
         has_up,
     ));
+    forms::perturb(Form::FusedGelu, out)
+}
+
+/// Fused `gelu_tanh(gate) · up` for `x [.., 2f]` holding gate then up: `[.., f]`.
+pub fn gelu_halves<const D: usize>(x: BurnTensor<D>) -> BurnTensor<D> {
+    let out =
+        BurnTensor::<D>::from_dispatch(<Dispatch as RowOps>::fused_gelu_halves(x.into_dispatch()));
     forms::perturb(Form::FusedGelu, out)
 }

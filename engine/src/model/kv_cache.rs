@@ -2,9 +2,11 @@
 //! conversation lives here and is passed `&mut` (burn-lm's layout).
 //!
 //! Each layer keeps its keys and values in buffers with spare positions, so a token writes
-//! only its own rows (one in-place `slice_assign` each) and attention reads the valid prefix
-//! through a view. Appending by `Tensor::cat` rewrote the whole cache every token: O(length)
-//! traffic and four dispatches per layer, where this is two.
+//! only its own rows and attention reads the valid prefix through a view. On a GPU the fused
+//! q/k norm + RoPE kernel writes them as it computes them ([`LayerKv::append_with`]: no
+//! dispatch of its own); otherwise one in-place `slice_assign` each ([`LayerKv::append`]).
+//! Appending by `Tensor::cat` rewrote the whole cache every token: O(length) traffic and four
+//! dispatches per layer.
 
 use std::ops::Range;
 
@@ -51,12 +53,42 @@ impl LayerKv {
             });
             return (k, v, 0);
         }
-        let (kb, vb, len) = match slot.take() {
+        let (kb, vb, len) = Self::reserve(slot, [h, t, d], &k.device());
+        let kb = kb.slice_assign([0..h, len..len + t, 0..d], k);
+        let vb = vb.slice_assign([0..h, len..len + t, 0..d], v);
+        Self::commit(slot, kb, vb, len, t)
+    }
+
+    /// [`LayerKv::append`] where `write` stores the new `t` positions itself: it receives the
+    /// key and value buffers (`[kv_heads, capacity, head_dim]`, room for `t` more after the
+    /// valid positions, which it is given) and returns them written, with whatever else it
+    /// computed. The fused q/k norm + RoPE kernel writes the cache this way, in its own
+    /// dispatch. Buffers shared with a clone must be copied before being written
+    /// (`fused_rows` does).
+    pub(super) fn append_with<R>(
+        slot: &mut Option<LayerKv>,
+        [h, t, d]: [usize; 3],
+        device: &burn::tensor::Device,
+        write: impl FnOnce(Tensor<3>, Tensor<3>, usize) -> (Tensor<3>, Tensor<3>, R),
+    ) -> (Tensor<3>, Tensor<3>, usize, R) {
+        let (kb, vb, len) = Self::reserve(slot, [h, t, d], device);
+        let (kb, vb, r) = write(kb, vb, len);
+        let (k, v, q0) = Self::commit(slot, kb, vb, len, t);
+        (k, v, q0, r)
+    }
+
+    /// Takes `slot`'s buffers with room for `t` more positions, growing them into new ones when
+    /// they are full, and the number of valid positions.
+    fn reserve(
+        slot: &mut Option<LayerKv>,
+        [h, t, d]: [usize; 3],
+        device: &burn::tensor::Device,
+    ) -> (Tensor<3>, Tensor<3>, usize) {
+        match slot.take() {
             Some(l) if l.len + t <= l.k.dims()[1] => (l.k, l.v, l.len),
             prior => {
                 let len = prior.as_ref().map_or(0, |l| l.len);
-                let device = k.device();
-                let grow = if crate::device::queues_work(&device) {
+                let grow = if crate::device::queues_work(device) {
                     GROW
                 } else {
                     1
@@ -65,7 +97,7 @@ impl LayerKv {
                 // Positions past `len` are never read (views stop there), so they are left
                 // unwritten rather than zeroed: one dispatch fewer per growth.
                 let regrow = |old: Option<Tensor<3>>| {
-                    let fresh = Tensor::<3>::empty([h, cap, d], &device);
+                    let fresh = Tensor::<3>::empty([h, cap, d], device);
                     match old {
                         Some(o) if len > 0 => {
                             fresh.slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d]))
@@ -76,9 +108,19 @@ impl LayerKv {
                 let (pk, pv) = prior.map_or((None, None), |l| (Some(l.k), Some(l.v)));
                 (regrow(pk), regrow(pv), len)
             }
-        };
-        let kb = kb.slice_assign([0..h, len..len + t, 0..d], k);
-        let vb = vb.slice_assign([0..h, len..len + t, 0..d], v);
+        }
+    }
+
+    /// Puts written buffers back into `slot` with positions `0..len + t` valid; returns views
+    /// of them and `len`.
+    fn commit(
+        slot: &mut Option<LayerKv>,
+        kb: Tensor<3>,
+        vb: Tensor<3>,
+        len: usize,
+        t: usize,
+    ) -> (Tensor<3>, Tensor<3>, usize) {
+        let [h, _, d] = kb.dims();
         let end = len + t;
         let views = (
             kb.clone().slice([0..h, 0..end, 0..d]),

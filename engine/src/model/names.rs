@@ -22,6 +22,10 @@ pub mod blk {
     pub const ATTN_K: &str = "attn_k";
     /// Value projection.
     pub const ATTN_V: &str = "attn_v";
+    /// Not a GGUF tensor: `attn_q`'s rows, `attn_k`'s and `attn_v`'s, joined at load.
+    pub const ATTN_QKV: &str = "attn_qkv";
+    /// Not a GGUF tensor: `attn_q`'s rows then `attn_k`'s (`attn_v` has another type).
+    pub const ATTN_QK: &str = "attn_qk";
     /// Per-head RMSNorm of the queries.
     pub const ATTN_Q_NORM: &str = "attn_q_norm";
     /// Per-head RMSNorm of the keys.
@@ -34,6 +38,8 @@ pub mod blk {
     pub const FFN_NORM: &str = "ffn_norm";
     /// MLP gate projection (gelu-tanh).
     pub const FFN_GATE: &str = "ffn_gate";
+    /// Not a GGUF tensor: `ffn_gate`'s rows then `ffn_up`'s, joined at load into one buffer.
+    pub const FFN_GATE_UP: &str = "ffn_gate_up";
     /// MLP up projection.
     pub const FFN_UP: &str = "ffn_up";
     /// MLP down projection.

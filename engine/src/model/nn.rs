@@ -33,6 +33,23 @@ pub fn add_rms_norm<const D: usize>(
     residual + rms_norm_composed(x, w, eps)
 }
 
+/// `(h, rms_norm(h, w2))` with `h = add_rms_norm(residual, x, w)`: a sandwich norm and the norm
+/// that reads its result (the next block's input norm), one dispatch on a GPU.
+pub fn add_rms_norm_then_norm<const D: usize>(
+    residual: Tensor<D>,
+    x: Tensor<D>,
+    w: &Tensor<1>,
+    w2: &Tensor<1>,
+    eps: f32,
+) -> (Tensor<D>, Tensor<D>) {
+    if fused_rows::is_supported(&x.device(), Form::FusedNorm) {
+        return fused_rows::add_rms_norm_then_norm(residual, x, w, w2, eps);
+    }
+    let h = residual + rms_norm_composed(x, w, eps);
+    let hn = rms_norm_composed(h.clone(), w2, eps);
+    (h, hn)
+}
+
 /// [`rms_norm`] as burn ops.
 pub fn rms_norm_composed<const D: usize>(x: Tensor<D>, w: &Tensor<1>, eps: f32) -> Tensor<D> {
     let ms = x.clone().powi_scalar(2).mean_dim(D - 1);
@@ -85,6 +102,22 @@ pub fn gelu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
         return fused_rows::gelu(gate, Some(up));
     }
     gelu_tanh_composed(gate) * up
+}
+
+/// `gelu_tanh(gate) · up` for `x [t, 2f]` holding gate then up (one matrix product of both).
+pub fn gelu_mul_halves(x: Tensor<2>) -> Tensor<2> {
+    if fused_rows::is_supported(&x.device(), Form::FusedGelu) {
+        return fused_rows::gelu_halves(x);
+    }
+    gelu_mul_halves_composed(x)
+}
+
+/// [`gelu_mul_halves`] as burn ops.
+pub fn gelu_mul_halves_composed(x: Tensor<2>) -> Tensor<2> {
+    let [t, f2] = x.dims();
+    let f = f2 / 2;
+    let gate = x.clone().slice([0..t, 0..f]);
+    gelu_tanh_composed(gate) * x.slice([0..t, f..f2])
 }
 
 /// [`gelu_tanh`] as burn ops.

@@ -222,25 +222,31 @@ pub fn dequant_one<H: CubePrimitive>(
     v
 }
 
-/// `out[m, r] = Σ_j x[m, j] · W[r, j]` for packed rows `W` of `k` weights.
+/// `out[m, col0 + r] = Σ_j x[m, j] · W[r, j]` for packed rows `W` of `k` weights; `out`'s rows
+/// are `ld` apart (`ld = n`, `col0 = 0` for a matrix of its own; a chunk of a split matrix
+/// writes its columns of the whole output, see `QuantOps::qmatmul_into`).
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub fn qmatmul_kernel<H: CubePrimitive>(
     x: &Tensor<f32>,
     w: &Tensor<u32>,
     wh: &Tensor<H>,
     out: &mut Tensor<f32>,
+    m: u32,
     k: u32,
     n: u32,
     row_words: u32,
+    ld: u32,
+    col0: u32,
     #[comptime] ty: u32,
     #[comptime] native: bool,
     #[define(H)] _half: ElemType,
 ) {
     let idx = ABSOLUTE_POS;
-    if idx >= out.len() {
+    let n = n as usize;
+    if idx >= m as usize * n {
         terminate!();
     }
-    let n = n as usize;
     let k = k as usize;
     let m = idx / n;
     let r = idx % n;
@@ -250,7 +256,7 @@ pub fn qmatmul_kernel<H: CubePrimitive>(
     for j in 0..k {
         acc += x[xb + j] * dequant_one(w, wh, row, j, ty, native);
     }
-    out[idx] = acc;
+    out[m * ld as usize + col0 as usize + r] = acc;
 }
 
 /// `out[t, j] = W[ids[t] - row0, j]`: an embedding lookup on packed rows. Ids outside
@@ -323,6 +329,8 @@ pub fn qgemv_kernel<H: CubePrimitive>(
     k: u32,
     n: u32,
     row_words: u32,
+    ld: u32,
+    col0: u32,
     #[comptime] ty: u32,
     #[comptime] plane: bool,
     #[comptime] native: bool,
@@ -378,7 +386,7 @@ pub fn qgemv_kernel<H: CubePrimitive>(
                     t += sums[i * GEMV_THREADS as usize + q];
                 }
                 if m0 + i < m {
-                    out[(m0 + i) * n + r] = t;
+                    out[(m0 + i) * ld as usize + col0 as usize + r] = t;
                 }
             }
         }
@@ -405,7 +413,7 @@ pub fn qgemv_kernel<H: CubePrimitive>(
             stride /= 2;
         }
         if lane < GEMV_ROWS && m0 + lane < m {
-            out[(m0 + lane) * n + r] = sums[lane * GEMV_THREADS as usize];
+            out[(m0 + lane) * ld as usize + col0 as usize + r] = sums[lane * GEMV_THREADS as usize];
         }
     }
 }
@@ -435,6 +443,8 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     k: u32,
     n: u32,
     row_words: u32,
+    ld: u32,
+    col0: u32,
     #[comptime] ty: u32,
     #[comptime] native: bool,
     #[define(H)] _half: ElemType,
@@ -501,7 +511,7 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
         for jn in 0..PER {
             let col = bn + tx + jn * TILE_THREADS as usize;
             if row < m && col < n {
-                out[row * n + col] = acc[i * PER + jn];
+                out[row * ld as usize + col0 as usize + col] = acc[i * PER + jn];
             }
         }
     }

@@ -272,6 +272,22 @@ pub trait QuantOps: burn::backend::Backend {
         half: u32,
     ) -> FloatTensor<Self>;
 
+    /// [`QuantOps::qmatmul`] for a chunk of a split matrix: writes its `n` output columns at
+    /// `col0..col0 + n` of `out` (`[m, all columns]`) and returns `out` (GPU backends; the
+    /// CPU concatenates the chunks' products).
+    #[allow(clippy::too_many_arguments)]
+    fn qmatmul_into(
+        x: FloatTensor<Self>,
+        w: IntTensor<Self>,
+        out: FloatTensor<Self>,
+        ty_id: u32,
+        n: usize,
+        k: usize,
+        kernel: u32,
+        half: u32,
+        col0: usize,
+    ) -> FloatTensor<Self>;
+
     /// Rows `ids - row0` of the packed matrix of `rows` rows, dequantised: `[ids.len(), k]`;
     /// zero rows for ids outside `row0..row0 + rows`; `half` is [`Half`]'s id.
     fn qgather(
@@ -395,6 +411,22 @@ impl QuantOps for Flex {
         burn::backend::flex::FlexTensor::from_data(TensorData::new(out, [m, n]))
     }
 
+    fn qmatmul_into(
+        _x: FloatTensor<Self>,
+        _w: IntTensor<Self>,
+        _out: FloatTensor<Self>,
+        _ty_id: u32,
+        _n: usize,
+        _k: usize,
+        _kernel: u32,
+        _half: u32,
+        _col0: usize,
+    ) -> FloatTensor<Self> {
+        unreachable!(
+            "the CPU concatenates the chunks' products (QMatrix::matmul_variant checks the device)"
+        )
+    }
+
     fn qgather(
         ids: IntTensor<Self>,
         w: IntTensor<Self>,
@@ -493,101 +525,28 @@ impl QuantOps for CubeBackend {
         kernel: u32,
         half: u32,
     ) -> CubeTensor {
-        let (x, w) = (into_contiguous(x), into_contiguous(w));
         let m = x.meta.shape().num_elements() / k;
-        let client = x.client.clone();
-        let out = empty_device_dtype(client.clone(), x.device.clone(), [m, n].into(), DType::F32);
-        let wpr = row_words(ggml(ty_id), k) as u32;
-        let plane = plane_ops(client.properties());
-        let native = native_half(client.properties(), half);
-        let (wh, h_elem) = half_view(&w, native);
-        let kernel = match Kernel::from_id(kernel) {
-            Kernel::Auto => auto_kernel(client.properties(), m),
-            Kernel::GemvSubgroup if !plane => {
-                panic!("the subgroup kernel needs an adapter with subgroups (Kernel::available)")
-            }
-            other => other,
-        };
-        match kernel {
-            Kernel::Gemv | Kernel::GemvSubgroup => {
-                let cubes = n * m.div_ceil(GEMV_ROWS);
-                let cube_dim = cubecl::CubeDim::new_1d(GEMV_THREADS);
-                let cube_count = cubecl::calculate_cube_count_elemwise(
-                    &client,
-                    cubes * GEMV_THREADS as usize,
-                    cube_dim,
-                );
-                let sub = kernel == Kernel::GemvSubgroup;
-                let launch = |t: u32| {
-                    qgemv_kernel::launch(
-                        &client,
-                        cube_count.clone(),
-                        cube_dim,
-                        x.clone().into_tensor_arg(),
-                        w.clone().into_tensor_arg(),
-                        wh.clone().into_tensor_arg(),
-                        out.clone().into_tensor_arg(),
-                        m as u32,
-                        k as u32,
-                        n as u32,
-                        wpr,
-                        t,
-                        sub,
-                        native,
-                        h_elem,
-                    )
-                };
-                by_type!(ty_id, launch);
-            }
-            Kernel::Tiled => {
-                let cube_dim = cubecl::CubeDim::new_2d(TILE_THREADS, TILE_THREADS);
-                let cube_count =
-                    cubecl::CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
-                let launch = |t: u32| {
-                    qmatmul_tiled_kernel::launch(
-                        &client,
-                        cube_count.clone(),
-                        cube_dim,
-                        x.clone().into_tensor_arg(),
-                        w.clone().into_tensor_arg(),
-                        wh.clone().into_tensor_arg(),
-                        out.clone().into_tensor_arg(),
-                        m as u32,
-                        k as u32,
-                        n as u32,
-                        wpr,
-                        t,
-                        native,
-                        h_elem,
-                    )
-                };
-                by_type!(ty_id, launch);
-            }
-            Kernel::Naive | Kernel::Auto => {
-                let count = m * n;
-                let cube_dim = cubecl::CubeDim::new(&client, count);
-                let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
-                let launch = |t: u32| {
-                    qmatmul_kernel::launch(
-                        &client,
-                        cube_count.clone(),
-                        cube_dim,
-                        x.clone().into_tensor_arg(),
-                        w.clone().into_tensor_arg(),
-                        wh.clone().into_tensor_arg(),
-                        out.clone().into_tensor_arg(),
-                        k as u32,
-                        n as u32,
-                        wpr,
-                        t,
-                        native,
-                        h_elem,
-                    )
-                };
-                by_type!(ty_id, launch);
-            }
-        }
-        out
+        let out = empty_device_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            [m, n].into(),
+            DType::F32,
+        );
+        launch_qmatmul(x, w, out, ty_id, n, k, kernel, half, 0)
+    }
+
+    fn qmatmul_into(
+        x: CubeTensor,
+        w: CubeTensor,
+        out: CubeTensor,
+        ty_id: u32,
+        n: usize,
+        k: usize,
+        kernel: u32,
+        half: u32,
+        col0: usize,
+    ) -> CubeTensor {
+        launch_qmatmul(x, w, out, ty_id, n, k, kernel, half, col0)
     }
 
     fn qgather(
@@ -621,6 +580,124 @@ impl QuantOps for CubeBackend {
     ) -> CubeTensor {
         launch_qgather(ids, w, out, ty_id, k, row0, rows, half, true)
     }
+}
+
+/// The quantised matmul of [`QuantOps::qmatmul`] into columns `col0..col0 + n` of `out`
+/// (`[m, ld]`, contiguous, written in place).
+#[allow(clippy::too_many_arguments)]
+fn launch_qmatmul(
+    x: CubeTensor,
+    w: CubeTensor,
+    out: CubeTensor,
+    ty_id: u32,
+    n: usize,
+    k: usize,
+    kernel: u32,
+    half: u32,
+    col0: usize,
+) -> CubeTensor {
+    let (x, w) = (into_contiguous(x), into_contiguous(w));
+    let m = x.meta.shape().num_elements() / k;
+    let ld = out.meta.shape().num_elements() / m.max(1);
+    let client = x.client.clone();
+    let wpr = row_words(ggml(ty_id), k) as u32;
+    let plane = plane_ops(client.properties());
+    let native = native_half(client.properties(), half);
+    let (wh, h_elem) = half_view(&w, native);
+    let kernel = match Kernel::from_id(kernel) {
+        Kernel::Auto => auto_kernel(client.properties(), m),
+        Kernel::GemvSubgroup if !plane => {
+            panic!("the subgroup kernel needs an adapter with subgroups (Kernel::available)")
+        }
+        other => other,
+    };
+    match kernel {
+        Kernel::Gemv | Kernel::GemvSubgroup => {
+            let cubes = n * m.div_ceil(GEMV_ROWS);
+            let cube_dim = cubecl::CubeDim::new_1d(GEMV_THREADS);
+            let cube_count = cubecl::calculate_cube_count_elemwise(
+                &client,
+                cubes * GEMV_THREADS as usize,
+                cube_dim,
+            );
+            let sub = kernel == Kernel::GemvSubgroup;
+            let launch = |t: u32| {
+                qgemv_kernel::launch(
+                    &client,
+                    cube_count.clone(),
+                    cube_dim,
+                    x.clone().into_tensor_arg(),
+                    w.clone().into_tensor_arg(),
+                    wh.clone().into_tensor_arg(),
+                    out.clone().into_tensor_arg(),
+                    m as u32,
+                    k as u32,
+                    n as u32,
+                    wpr,
+                    ld as u32,
+                    col0 as u32,
+                    t,
+                    sub,
+                    native,
+                    h_elem,
+                )
+            };
+            by_type!(ty_id, launch);
+        }
+        Kernel::Tiled => {
+            let cube_dim = cubecl::CubeDim::new_2d(TILE_THREADS, TILE_THREADS);
+            let cube_count =
+                cubecl::CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
+            let launch = |t: u32| {
+                qmatmul_tiled_kernel::launch(
+                    &client,
+                    cube_count.clone(),
+                    cube_dim,
+                    x.clone().into_tensor_arg(),
+                    w.clone().into_tensor_arg(),
+                    wh.clone().into_tensor_arg(),
+                    out.clone().into_tensor_arg(),
+                    m as u32,
+                    k as u32,
+                    n as u32,
+                    wpr,
+                    ld as u32,
+                    col0 as u32,
+                    t,
+                    native,
+                    h_elem,
+                )
+            };
+            by_type!(ty_id, launch);
+        }
+        Kernel::Naive | Kernel::Auto => {
+            let count = m * n;
+            let cube_dim = cubecl::CubeDim::new(&client, count);
+            let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
+            let launch = |t: u32| {
+                qmatmul_kernel::launch(
+                    &client,
+                    cube_count.clone(),
+                    cube_dim,
+                    x.clone().into_tensor_arg(),
+                    w.clone().into_tensor_arg(),
+                    wh.clone().into_tensor_arg(),
+                    out.clone().into_tensor_arg(),
+                    m as u32,
+                    k as u32,
+                    n as u32,
+                    wpr,
+                    ld as u32,
+                    col0 as u32,
+                    t,
+                    native,
+                    h_elem,
+                )
+            };
+            by_type!(ty_id, launch);
+        }
+    }
+    out
 }
 
 /// [`qgather_kernel`] into `out` (`[ids, k]`, contiguous, written in place).
@@ -763,6 +840,67 @@ impl QMatrix {
         self.chunks.iter().map(|c| c.rows).sum::<usize>() == self.rows
     }
 
+    /// `a`'s rows then `b`'s as one matrix in one device buffer, so that one dispatch multiplies
+    /// both (a layer's FFN gate and up); both handed back unless each is one buffer of the same
+    /// type and width and the two fit in [`MAX_CHUNK_BYTES`]. A device copy at load.
+    #[allow(clippy::result_large_err)]
+    pub fn join(a: QMatrix, b: QMatrix) -> Result<QMatrix, (QMatrix, QMatrix)> {
+        let fits = (a.rows + b.rows) * row_words(a.ty, a.cols) * 4 <= MAX_CHUNK_BYTES;
+        if a.ty != b.ty || a.cols != b.cols || a.chunks.len() != 1 || b.chunks.len() != 1 || !fits {
+            return Err((a, b));
+        }
+        let rows = a.rows + b.rows;
+        let words = Tensor::cat(
+            vec![a.chunks[0].words.clone(), b.chunks[0].words.clone()],
+            0,
+        );
+        Ok(QMatrix {
+            ty: a.ty,
+            rows,
+            cols: a.cols,
+            chunks: vec![Chunk {
+                row0: 0,
+                rows,
+                words,
+            }],
+        })
+    }
+
+    /// Joins consecutive buffers into ones of at most `max_bytes` (a device copy at load), so
+    /// that a product or lookup over a matrix split for streaming takes fewer dispatches: the
+    /// 4B's 262k-row head streams in 17 buffers of 32 MiB and is used as 3. While a group is
+    /// joined, its parts and the joined buffer are both held (at most `max_bytes` more).
+    pub fn regroup(self, max_bytes: usize) -> QMatrix {
+        let bytes = |c: &Chunk| c.words.dims()[0] * 4;
+        let mut groups: Vec<Vec<Chunk>> = Vec::new();
+        let mut size = 0;
+        for c in self.chunks {
+            let b = bytes(&c);
+            match groups.last_mut() {
+                Some(g) if size + b <= max_bytes => {
+                    size += b;
+                    g.push(c);
+                }
+                _ => {
+                    size = b;
+                    groups.push(vec![c]);
+                }
+            }
+        }
+        let chunks = groups
+            .into_iter()
+            .map(|g| match <[Chunk; 1]>::try_from(g) {
+                Ok([one]) => one,
+                Err(g) => Chunk {
+                    row0: g[0].row0,
+                    rows: g.iter().map(|c| c.rows).sum(),
+                    words: Tensor::cat(g.into_iter().map(|c| c.words).collect(), 0),
+                },
+            })
+            .collect();
+        QMatrix { chunks, ..self }
+    }
+
     /// Number of device buffers.
     pub fn n_chunks(&self) -> usize {
         self.chunks.len()
@@ -784,25 +922,41 @@ impl QMatrix {
         // automatic choice to the form it picked.
         let x_device = x.device();
         let kernel = resolve(&x_device, kernel, x.dims()[0]);
-        let outs: Vec<Tensor<2>> = self
-            .chunks
-            .iter()
-            .map(|c| {
-                Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul(
-                    x.clone().into_dispatch(),
-                    c.words.clone().into_dispatch(),
-                    self.ty.id(),
-                    c.rows,
-                    self.cols,
-                    kernel.id(),
-                    half.id(),
-                ))
-            })
-            .collect();
-        let out = if outs.len() == 1 {
-            outs.into_iter().next().expect("one chunk")
-        } else {
-            Tensor::cat(outs, 1)
+        let product = |c: &Chunk| {
+            Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul(
+                x.clone().into_dispatch(),
+                c.words.clone().into_dispatch(),
+                self.ty.id(),
+                c.rows,
+                self.cols,
+                kernel.id(),
+                half.id(),
+            ))
+        };
+        let out = match self.chunks.as_slice() {
+            [one] => product(one),
+            chunks if !crate::device::queues_work(&x_device) => {
+                Tensor::cat(chunks.iter().map(product).collect(), 1)
+            }
+            // Each chunk writes its columns of one output: the 4B's 17-chunk head is 17
+            // dispatches, where products and a concatenation took 34.
+            chunks => {
+                let m = x.dims()[0];
+                let all = Tensor::<2>::empty([m, self.rows], &x_device);
+                chunks.iter().fold(all, |out, c| {
+                    Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul_into(
+                        x.clone().into_dispatch(),
+                        c.words.clone().into_dispatch(),
+                        out.into_dispatch(),
+                        self.ty.id(),
+                        c.rows,
+                        self.cols,
+                        kernel.id(),
+                        half.id(),
+                        c.row0,
+                    ))
+                })
+            }
         };
         let out = match kernel.form() {
             Some(form) => forms::perturb(form, out),
