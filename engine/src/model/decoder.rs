@@ -14,7 +14,8 @@ use super::kv_cache::{KvCache, LayerKv};
 use super::load::Loader;
 use super::names::{self, Block, blk};
 use super::nn::{
-    add_rms_norm_then_norm, gelu_mul, gelu_mul_halves, rms_norm, rms_norm_rope, rope_tables,
+    add_rms_norm_then_norm, gelu_mul, gelu_mul_halves, rms_norm, rms_norm_rope, rope_table,
+    rope_tables,
 };
 use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
@@ -45,24 +46,27 @@ impl Projections {
         }
     }
 
-    /// The products of `xn` `[t, hidden]` holding q, k and v (`[t, ·]`; the same product where
-    /// joined), with the first column of each (`q_dim`, `kv_dim` columns).
-    fn project(&self, xn: Tensor<2>, q_dim: usize, kv_dim: usize) -> [(Tensor<2>, usize); 3] {
-        match self {
-            Projections::Qkv(m) => {
-                let y = m.matmul(xn);
-                [(y.clone(), 0), (y.clone(), q_dim), (y, q_dim + kv_dim)]
-            }
-            Projections::Qk(qk, v) => {
-                let y = qk.matmul(xn.clone());
-                [(y.clone(), 0), (y, q_dim), (v.matmul(xn), 0)]
-            }
-            Projections::Apart(q, k, v) => [
-                (q.matmul(xn.clone()), 0),
-                (k.matmul(xn.clone()), 0),
-                (v.matmul(xn), 0),
-            ],
+    /// `xn [t, hidden]` projected to each position's queries, keys and values side by side:
+    /// `[t, q_dim + 2·kv_dim]`. One product where the three are joined; otherwise each writes
+    /// its columns of one output on a GPU (concatenated on the CPU).
+    fn project(&self, xn: Tensor<2>) -> Tensor<2> {
+        let parts: Vec<&QMatrix> = match self {
+            Projections::Qkv(m) => return m.matmul(xn),
+            Projections::Qk(qk, v) => vec![qk, v],
+            Projections::Apart(q, k, v) => vec![q, k, v],
+        };
+        let device = xn.device();
+        if !crate::device::queues_work(&device) {
+            return Tensor::cat(parts.iter().map(|m| m.matmul(xn.clone())).collect(), 1);
         }
+        let width = parts.iter().map(|m| m.rows).sum();
+        let out = Tensor::<2>::empty([xn.dims()[0], width], &device);
+        let mut col0 = 0;
+        parts.iter().fold(out, |out, m| {
+            let out = m.matmul_into(xn.clone(), out, col0);
+            col0 += m.rows;
+            out
+        })
     }
 
     /// The matrices by name, in forward order.
@@ -83,6 +87,8 @@ struct Attention {
     qkv: Projections,
     attn_q_norm: Tensor<1>,
     attn_k_norm: Tensor<1>,
+    /// `attn_q_norm` then `attn_k_norm`, as the fused q/k kernel reads them.
+    qk_norms: Tensor<1>,
     attn_output: QMatrix,
 }
 
@@ -125,11 +131,33 @@ pub struct Decoder {
     device: Device,
 }
 
+/// RoPE tables for the positions of one pass, in the form the q/k path reads.
+// Two per pass, built once and borrowed: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Rope {
+    /// `(cos, sin)`, each `[t, 1, head_dim/2]`: the composed path.
+    Tables(Tensor<3>, Tensor<3>),
+    /// One `[t, head_dim]` table, cos then sin halves: the fused q/k kernel (a GPU whose
+    /// self-test kept the RoPE form).
+    Joined(Tensor<2>),
+}
+
+impl Rope {
+    fn new(device: &Device, positions: &[usize], head_dim: usize, base: f32, scale: f32) -> Rope {
+        if fused_rows::is_supported(device, Form::FusedRope) {
+            Rope::Joined(rope_table(positions, head_dim, base, scale, device))
+        } else {
+            let (cos, sin) = rope_tables(positions, head_dim, base, scale, device);
+            Rope::Tables(cos, sin)
+        }
+    }
+}
+
 /// What the layers of one kind (global or sliding) share in one pass.
 struct LayerInputs<'a> {
     cfg: &'a TextConfig,
-    /// RoPE `(cos, sin)`, each `[t, 1, head_dim/2]`.
-    rope: &'a (Tensor<3>, Tensor<3>),
+    /// RoPE tables for the rows' positions.
+    rope: &'a Rope,
     /// Rows of `x` that continue the cache independently, each with its mask
     /// `[rows, cached + rows]` (one segment: an ordinary continuation).
     segments: &'a [(Range<usize>, Tensor<2>)],
@@ -167,10 +195,13 @@ impl Attention {
         let q = l.qmatrix(&b.weight(blk::ATTN_Q), q_dim, h).await?;
         let k = l.qmatrix(&b.weight(blk::ATTN_K), kv_dim, h).await?;
         let v = l.qmatrix(&b.weight(blk::ATTN_V), kv_dim, h).await?;
+        let attn_q_norm = l.vector(&b.weight(blk::ATTN_Q_NORM), c.head_dim).await?;
+        let attn_k_norm = l.vector(&b.weight(blk::ATTN_K_NORM), c.head_dim).await?;
         Ok(Attention {
             qkv: Projections::new(q, k, v),
-            attn_q_norm: l.vector(&b.weight(blk::ATTN_Q_NORM), c.head_dim).await?,
-            attn_k_norm: l.vector(&b.weight(blk::ATTN_K_NORM), c.head_dim).await?,
+            qk_norms: Tensor::cat(vec![attn_q_norm.clone(), attn_k_norm.clone()], 0),
+            attn_q_norm,
+            attn_k_norm,
             attn_output: l.qmatrix(&b.weight(blk::ATTN_OUTPUT), h, q_dim).await?,
         })
     }
@@ -190,32 +221,40 @@ impl Attention {
         let [t, _] = xn.dims();
         let (d, q_dim, kv_dim) = (c.head_dim, c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let device = xn.device();
-        let [q, k, v] = self.qkv.project(xn, q_dim, kv_dim);
-        let (q, k, v, q0) = if fused_rows::is_supported(&device, Form::FusedRope) {
+        let qkv = self.qkv.project(xn);
+        let (q, k, v, q0) = match p.rope {
             // q and k normed and rotated, and k and v written into the cache, read in place
-            // from the products: one dispatch where two norm + RoPE kernels and two cache
-            // writes took four.
-            let part = |(x, off): (Tensor<2>, usize), heads| fused_rows::Part { x, off, heads };
-            let parts = [part(q, c.heads), part(k, c.kv_heads), part(v, c.kv_heads)];
-            let shape = [c.kv_heads, t, d];
-            let (k, v, q0, q) = LayerKv::append_with(cache, shape, &device, |kb, vb, pos| {
-                let norms = (&self.attn_q_norm, &self.attn_k_norm);
-                let tables = (&p.rope.0, &p.rope.1);
-                let (q, kb, vb) =
-                    fused_rows::qk_norm_rope_store(parts, d, norms, tables, (kb, vb), pos, c.eps);
-                (kb, vb, q)
-            });
-            (q.swap_dims(0, 1), k, v, q0)
-        } else {
-            let heads = |(x, off): (Tensor<2>, usize), n: usize| {
-                x.slice([0..t, off..off + n * d]).reshape([t, n, d])
-            };
-            let rope = |x, w| rms_norm_rope(x, w, &p.rope.0, &p.rope.1, c.eps).swap_dims(0, 1);
-            let q = rope(heads(q, c.heads), &self.attn_q_norm);
-            let k = rope(heads(k, c.kv_heads), &self.attn_k_norm);
-            let v = heads(v, c.kv_heads).swap_dims(0, 1);
-            let (k, v, q0) = LayerKv::append(cache, k, v);
-            (q, k, v, q0)
+            // from the joined product: one dispatch where two norm + RoPE kernels and two
+            // cache writes took four.
+            Rope::Joined(table) => {
+                let (dims, shape) = ([c.heads, c.kv_heads, d], [c.kv_heads, t, d]);
+                let (k, v, q0, q) = LayerKv::append_with(cache, shape, &device, |kb, vb, pos| {
+                    let (q, kb, vb) = fused_rows::qk_norm_rope_store(
+                        qkv,
+                        dims,
+                        &self.qk_norms,
+                        table,
+                        (kb, vb),
+                        pos,
+                        c.eps,
+                    );
+                    (kb, vb, q)
+                });
+                (q.swap_dims(0, 1), k, v, q0)
+            }
+            Rope::Tables(cos, sin) => {
+                let heads = |off: usize, n: usize| {
+                    qkv.clone()
+                        .slice([0..t, off..off + n * d])
+                        .reshape([t, n, d])
+                };
+                let rope = |x, w| rms_norm_rope(x, w, cos, sin, c.eps).swap_dims(0, 1);
+                let q = rope(heads(0, c.heads), &self.attn_q_norm);
+                let k = rope(heads(q_dim, c.kv_heads), &self.attn_k_norm);
+                let v = heads(q_dim + kv_dim, c.kv_heads).swap_dims(0, 1);
+                let (k, v, q0) = LayerKv::append(cache, k, v);
+                (q, k, v, q0)
+            }
         };
         let g = c.heads / c.kv_heads;
         let a = segmented_attention(q, k, v, q0, p.segments, g, c.attn_scale);
@@ -540,14 +579,14 @@ impl Decoder {
     ) -> Tensor<2> {
         let c = &self.cfg;
         let (q0, t) = (cache.len, x.dims()[0]);
-        let rope_global = rope_tables(
+        let rope_global = Rope::new(
+            &self.device,
             positions,
             c.head_dim,
             c.rope_base,
             c.rope_scale,
-            &self.device,
         );
-        let rope_local = rope_tables(positions, c.head_dim, c.rope_base_swa, 1.0, &self.device);
+        let rope_local = Rope::new(&self.device, positions, c.head_dim, c.rope_base_swa, 1.0);
         let masks = |w: Option<usize>| -> Vec<(Range<usize>, Tensor<2>)> {
             segments
                 .iter()

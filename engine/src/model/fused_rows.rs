@@ -205,35 +205,24 @@ fn rms_norm_rope_kernel(
     }
 }
 
-/// One layer's q/k RMSNorm + NEOX RoPE and its KV-cache write in one dispatch: rows
-/// `0..t·heads` normalise and rotate the queries (`heads` rows of `d` per position) into
-/// `q_out [t, heads, d]`; rows past them normalise and rotate the keys (`kv_heads` per
-/// position) into the key buffer at positions `pos..pos + t` and copy the values into the
-/// value buffer there (buffers `[kv_heads, cap, d]`, contiguous). Position `i`'s queries start
-/// at `q[i · q_ld + q_off]`, its keys and values likewise, so the three may be column ranges
-/// of one joined product. Each row is
-/// [`rms_norm_rope_kernel`]'s formula in its order, so the results equal that kernel followed
-/// by a copy into the cache bit for bit. Which tensor a row reads is uniform over the
-/// workgroup, and the reduction's barriers stay outside every branch.
+/// One layer's q/k RMSNorm + NEOX RoPE and its KV-cache write in one dispatch, reading the
+/// joined product `qkv [t, (heads + 2·kv_heads)·d]` (each position's queries, keys, values):
+/// rows `0..t·heads` normalise and rotate the queries into `q_out [t, heads, d]`; rows past
+/// them normalise and rotate the keys into the key buffer at positions `pos..pos + t` and copy
+/// the values into the value buffer there (buffers `[kv_heads, cap, d]`, contiguous). `norms`
+/// holds the q norm's `d` weights then the k norm's; `table [t, d]` each position's cos then
+/// sin halves. Each row is [`rms_norm_rope_kernel`]'s formula in its order, so the results
+/// equal that kernel followed by a copy into the cache bit for bit. Six buffers: WebGPU
+/// guarantees eight per stage, and CubeCL binds one more for the shapes.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn qk_norm_rope_store_kernel(
-    q: &Tensor<f32>,
-    k: &Tensor<f32>,
-    v: &Tensor<f32>,
-    qw: &Tensor<f32>,
-    kw: &Tensor<f32>,
-    cos: &Tensor<f32>,
-    sin: &Tensor<f32>,
+    qkv: &Tensor<f32>,
+    norms: &Tensor<f32>,
+    table: &Tensor<f32>,
     q_out: &mut Tensor<f32>,
     k_buf: &mut Tensor<f32>,
     v_buf: &mut Tensor<f32>,
-    q_ld: u32,
-    q_off: u32,
-    k_ld: u32,
-    k_off: u32,
-    v_ld: u32,
-    v_off: u32,
     t: u32,
     heads: u32,
     kv_heads: u32,
@@ -249,24 +238,26 @@ fn qk_norm_rope_store_kernel(
     }
     let d = d as usize;
     let half = d / 2;
+    let ld = (heads + 2 * kv_heads) as usize * d;
+    let kv_width = kv_heads as usize * d;
     let is_q = row < q_rows;
     let mut ti = row / heads as usize;
-    let mut src = ti * q_ld as usize + q_off as usize + (row % heads as usize) * d;
+    let mut src = ti * ld + (row % heads as usize) * d;
     let mut dst = row * d;
-    let mut v_src = 0usize;
+    let mut w0 = 0usize;
     if !is_q {
         let r = row - q_rows;
         ti = r / kv_heads as usize;
         let h = r % kv_heads as usize;
-        src = ti * k_ld as usize + k_off as usize + h * d;
-        v_src = ti * v_ld as usize + v_off as usize + h * d;
+        src = ti * ld + heads as usize * d + h * d;
         dst = (h * cap as usize + pos as usize + ti) * d;
+        w0 = d;
     }
-    let table = ti * half;
+    let cs = ti * d;
     let mut partial = 0.0f32;
     let mut j = UNIT_POS_X as usize;
     while j < d {
-        let x = if is_q { q[src + j] } else { k[src + j] };
+        let x = qkv[src + j];
         partial += x * x;
         j += CUBE_DIM_X as usize;
     }
@@ -274,16 +265,14 @@ fn qk_norm_rope_store_kernel(
     let inv = 1.0f32 / (ms + eps).sqrt();
     let mut i = UNIT_POS_X as usize;
     while i < half {
-        let c = cos[table + i];
-        let s = sin[table + i];
+        let c = table[cs + i];
+        let s = table[cs + half + i];
+        let a = qkv[src + i] * inv * norms[w0 + i];
+        let b = qkv[src + half + i] * inv * norms[w0 + half + i];
         if is_q {
-            let a = q[src + i] * inv * qw[i];
-            let b = q[src + half + i] * inv * qw[half + i];
             q_out[dst + i] = a * c - b * s;
             q_out[dst + half + i] = b * c + a * s;
         } else {
-            let a = k[src + i] * inv * kw[i];
-            let b = k[src + half + i] * inv * kw[half + i];
             k_buf[dst + i] = a * c - b * s;
             k_buf[dst + half + i] = b * c + a * s;
         }
@@ -292,7 +281,7 @@ fn qk_norm_rope_store_kernel(
     if !is_q {
         j = UNIT_POS_X as usize;
         while j < d {
-            v_buf[dst + j] = v[v_src + j];
+            v_buf[dst + j] = qkv[src + kv_width + j];
             j += CUBE_DIM_X as usize;
         }
     }
@@ -411,22 +400,17 @@ pub trait RowOps: burn::backend::Backend {
         eps: f32,
     ) -> FloatTensor<Self>;
 
-    /// Queries, keys and values as column ranges of products `[t, ld]` (`offs`: each range's
-    /// first column; `heads`, `kv_heads` ranges of `d`), norm weights `[d]`, tables
-    /// `[t, 1, d/2]`, cache buffers `[kv_heads, cap, d]` → `(RoPE(RMSNorm(q)) [t, heads, d],
-    /// k_buf, v_buf)` with RoPE(RMSNorm(k)) and `v` written at positions `pos..pos + t` of the
-    /// buffers (in place when they are not shared, else into copies).
+    /// `qkv [t, (heads + 2·kv_heads)·d]` (`dims`: heads, kv_heads, d), `norms [2d]` (q's then
+    /// k's), `table [t, d]` (cos then sin halves), cache buffers `[kv_heads, cap, d]` →
+    /// `(RoPE(RMSNorm(q)) [t, heads, d], k_buf, v_buf)` with RoPE(RMSNorm(k)) and v written at
+    /// positions `pos..pos + t` of the buffers (in place when they are not shared, else into
+    /// copies).
     #[allow(clippy::too_many_arguments)]
     fn fused_qk_norm_rope_store(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        offs: [usize; 3],
-        heads: [usize; 3],
-        qw: FloatTensor<Self>,
-        kw: FloatTensor<Self>,
-        cos: FloatTensor<Self>,
-        sin: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        dims: [usize; 3],
+        norms: FloatTensor<Self>,
+        table: FloatTensor<Self>,
         k_buf: FloatTensor<Self>,
         v_buf: FloatTensor<Self>,
         pos: usize,
@@ -486,15 +470,10 @@ impl RowOps for Flex {
     }
 
     fn fused_qk_norm_rope_store(
-        _q: FloatTensor<Self>,
-        _k: FloatTensor<Self>,
-        _v: FloatTensor<Self>,
-        _offs: [usize; 3],
-        _heads: [usize; 3],
-        _qw: FloatTensor<Self>,
-        _kw: FloatTensor<Self>,
-        _cos: FloatTensor<Self>,
-        _sin: FloatTensor<Self>,
+        _qkv: FloatTensor<Self>,
+        _dims: [usize; 3],
+        _norms: FloatTensor<Self>,
+        _table: FloatTensor<Self>,
         _k_buf: FloatTensor<Self>,
         _v_buf: FloatTensor<Self>,
         _pos: usize,
@@ -653,54 +632,40 @@ impl RowOps for CubeBackend {
     }
 
     fn fused_qk_norm_rope_store(
-        q: CubeTensor,
-        k: CubeTensor,
-        v: CubeTensor,
-        offs: [usize; 3],
+        qkv: CubeTensor,
         [heads, kv_heads, d]: [usize; 3],
-        qw: CubeTensor,
-        kw: CubeTensor,
-        cos: CubeTensor,
-        sin: CubeTensor,
+        norms: CubeTensor,
+        table: CubeTensor,
         k_buf: CubeTensor,
         v_buf: CubeTensor,
         pos: usize,
         eps: f32,
     ) -> (CubeTensor, CubeTensor, CubeTensor) {
-        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
-        let (qw, kw) = (into_contiguous(qw), into_contiguous(kw));
-        let (cos, sin) = (into_contiguous(cos), into_contiguous(sin));
+        let (qkv, norms, table) = (
+            into_contiguous(qkv),
+            into_contiguous(norms),
+            into_contiguous(table),
+        );
         let (k_buf, v_buf) = (writable(k_buf), writable(v_buf));
-        let [t, q_ld] = q.meta.shape().dims::<2>();
-        let (k_ld, v_ld) = (k.meta.shape().dims::<2>()[1], v.meta.shape().dims::<2>()[1]);
+        let t = qkv.meta.shape().dims::<2>()[0];
         let cap = k_buf.meta.shape().dims::<3>()[1];
         let q_out = empty_device_dtype(
-            q.client.clone(),
-            q.device.clone(),
+            qkv.client.clone(),
+            qkv.device.clone(),
             [t, heads, d].into(),
             DType::F32,
         );
-        let (count, dim) = row_launch(&q, t * (heads + kv_heads));
+        let (count, dim) = row_launch(&qkv, t * (heads + kv_heads));
         qk_norm_rope_store_kernel::launch(
-            &q.client,
+            &qkv.client,
             count,
             dim,
-            q.clone().into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            qw.into_tensor_arg(),
-            kw.into_tensor_arg(),
-            cos.into_tensor_arg(),
-            sin.into_tensor_arg(),
+            qkv.clone().into_tensor_arg(),
+            norms.into_tensor_arg(),
+            table.into_tensor_arg(),
             q_out.clone().into_tensor_arg(),
             k_buf.clone().into_tensor_arg(),
             v_buf.clone().into_tensor_arg(),
-            q_ld as u32,
-            offs[0] as u32,
-            k_ld as u32,
-            offs[1] as u32,
-            v_ld as u32,
-            offs[2] as u32,
             t as u32,
             heads as u32,
             kv_heads as u32,
@@ -843,40 +808,24 @@ pub fn rms_norm_rope(
     forms::perturb(Form::FusedRope, out)
 }
 
-/// Rows of one projection inside a matrix product `[t, ld]`: columns `off..off + heads · d`.
-#[derive(Debug, Clone)]
-pub struct Part {
-    /// The product (contiguous).
-    pub x: BurnTensor<2>,
-    /// First column.
-    pub off: usize,
-    /// Heads of `d` columns.
-    pub heads: usize,
-}
-
 /// Fused q/k RMSNorm + RoPE with the cache write (see [`RowOps::fused_qk_norm_rope_store`]):
+/// `qkv [t, (heads + 2·kv_heads)·d]`, `norms [2d]`, `table [t, d]` ([`super::nn::rope_table`]);
 /// returns RoPE(RMSNorm(q)) `[t, heads, d]` and the key and value buffers holding the new rows.
 #[allow(clippy::too_many_arguments)]
 pub fn qk_norm_rope_store(
-    [q, k, v]: [Part; 3],
-    d: usize,
-    (qw, kw): (&BurnTensor<1>, &BurnTensor<1>),
-    (cos, sin): (&BurnTensor<3>, &BurnTensor<3>),
+    qkv: BurnTensor<2>,
+    dims: [usize; 3],
+    norms: &BurnTensor<1>,
+    table: &BurnTensor<2>,
     (k_buf, v_buf): (BurnTensor<3>, BurnTensor<3>),
     pos: usize,
     eps: f32,
 ) -> (BurnTensor<3>, BurnTensor<3>, BurnTensor<3>) {
-    let (offs, heads) = ([q.off, k.off, v.off], [q.heads, k.heads, d]);
     let (q, k_buf, v_buf) = <Dispatch as RowOps>::fused_qk_norm_rope_store(
-        q.x.into_dispatch(),
-        k.x.into_dispatch(),
-        v.x.into_dispatch(),
-        offs,
-        heads,
-        qw.clone().into_dispatch(),
-        kw.clone().into_dispatch(),
-        cos.clone().into_dispatch(),
-        sin.clone().into_dispatch(),
+        qkv.into_dispatch(),
+        dims,
+        norms.clone().into_dispatch(),
+        table.clone().into_dispatch(),
         k_buf.into_dispatch(),
         v_buf.into_dispatch(),
         pos,

@@ -133,17 +133,15 @@ pub fn gelu_tanh_composed<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     x.clone().mul_scalar(0.5) * (inner.tanh().add_scalar(1.0))
 }
 
-/// RoPE tables for NEOX-style rotation (halves `i` and `i + d/2`), computed as transformers
-/// computes them in f32: `inv_freq = 1 / base^(2i/d) / scale`, angle = position · inv_freq.
-///
-/// Returns `(cos, sin)`, each `[positions.len(), 1, d/2]`.
-pub fn rope_tables(
+/// RoPE angles' `(cos, sin)` for NEOX-style rotation (halves `i` and `i + d/2`), computed as
+/// transformers computes them in f32: `inv_freq = 1 / base^(2i/d) / scale`, angle = position ·
+/// inv_freq; each `positions.len() · d/2`, position-major.
+fn rope_values(
     positions: &[usize],
     head_dim: usize,
     base: f32,
     scale: f32,
-    device: &burn::tensor::Device,
-) -> (Tensor<3>, Tensor<3>) {
+) -> (Vec<f32>, Vec<f32>) {
     let half = head_dim / 2;
     let inv: Vec<f32> = (0..half)
         .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32) / scale)
@@ -157,7 +155,19 @@ pub fn rope_tables(
             sin.push(a.sin());
         }
     }
-    let shape = [positions.len(), 1, half];
+    (cos, sin)
+}
+
+/// RoPE tables (see [`rope_values`]): `(cos, sin)`, each `[positions.len(), 1, d/2]`.
+pub fn rope_tables(
+    positions: &[usize],
+    head_dim: usize,
+    base: f32,
+    scale: f32,
+    device: &burn::tensor::Device,
+) -> (Tensor<3>, Tensor<3>) {
+    let (cos, sin) = rope_values(positions, head_dim, base, scale);
+    let shape = [positions.len(), 1, head_dim / 2];
     // cos and sin: two uploads per forward.
     crate::launches::note_upload();
     crate::launches::note_upload();
@@ -165,6 +175,26 @@ pub fn rope_tables(
         Tensor::from_data(TensorData::new(cos, shape), device),
         Tensor::from_data(TensorData::new(sin, shape), device),
     )
+}
+
+/// The same tables as one `[positions.len(), d]` upload, each position's cos halves then its
+/// sin halves: what the fused q/k kernel reads (one buffer binding where two would be).
+pub fn rope_table(
+    positions: &[usize],
+    head_dim: usize,
+    base: f32,
+    scale: f32,
+    device: &burn::tensor::Device,
+) -> Tensor<2> {
+    let (cos, sin) = rope_values(positions, head_dim, base, scale);
+    let half = head_dim / 2;
+    let mut both = Vec::with_capacity(positions.len() * head_dim);
+    for (c, s) in cos.chunks(half.max(1)).zip(sin.chunks(half.max(1))) {
+        both.extend_from_slice(c);
+        both.extend_from_slice(s);
+    }
+    crate::launches::note_upload();
+    Tensor::from_data(TensorData::new(both, [positions.len(), head_dim]), device)
 }
 
 /// Rotates `x [t, heads, d]` by the tables of [`rope_tables`].

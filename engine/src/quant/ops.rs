@@ -745,6 +745,25 @@ fn launch_qgather(
     out
 }
 
+/// `out` with the test fault of the forms that computed it, if one is injected (see
+/// [`forms::perturb`]).
+fn perturbed(out: Tensor<2>, kernel: Kernel, half: Half, device: &Device) -> Tensor<2> {
+    let out = match kernel.form() {
+        Some(form) => forms::perturb(form, out),
+        None => out,
+    };
+    let native = match half {
+        Half::Native => true,
+        Half::Auto => shader_f16(device) == Some(true) && native_half_in_use(),
+        Half::Integer => false,
+    };
+    if native {
+        forms::perturb(Form::NativeHalf, out)
+    } else {
+        out
+    }
+}
+
 /// Largest device buffer a weight chunk may take; rows are split so no chunk exceeds it (the
 /// 262k-row embedding of Gemma 3 would otherwise need one 550 MB buffer).
 pub const MAX_CHUNK_BYTES: usize = 256 << 20;
@@ -940,38 +959,46 @@ impl QMatrix {
             }
             // Each chunk writes its columns of one output: the 4B's 17-chunk head is 17
             // dispatches, where products and a concatenation took 34.
-            chunks => {
-                let m = x.dims()[0];
-                let all = Tensor::<2>::empty([m, self.rows], &x_device);
-                chunks.iter().fold(all, |out, c| {
-                    Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul_into(
-                        x.clone().into_dispatch(),
-                        c.words.clone().into_dispatch(),
-                        out.into_dispatch(),
-                        self.ty.id(),
-                        c.rows,
-                        self.cols,
-                        kernel.id(),
-                        half.id(),
-                        c.row0,
-                    ))
-                })
+            _ => {
+                let all = Tensor::<2>::empty([x.dims()[0], self.rows], &x_device);
+                self.write_columns(x, all, 0, kernel, half)
             }
         };
-        let out = match kernel.form() {
-            Some(form) => forms::perturb(form, out),
-            None => out,
-        };
-        let native = match half {
-            Half::Native => true,
-            Half::Auto => shader_f16(&x_device) == Some(true) && native_half_in_use(),
-            Half::Integer => false,
-        };
-        if native {
-            forms::perturb(Form::NativeHalf, out)
-        } else {
-            out
-        }
+        perturbed(out, kernel, half, &x_device)
+    }
+
+    /// `x [m, cols] · Wᵀ` written into columns `col0..col0 + rows` of `out` (`[m, ·]`,
+    /// contiguous, returned): products that one kernel reads as one tensor (a layer's q, k and
+    /// v) without a concatenation. GPU devices only (see `QuantOps::qmatmul_into`).
+    pub fn matmul_into(&self, x: Tensor<2>, out: Tensor<2>, col0: usize) -> Tensor<2> {
+        let device = x.device();
+        let kernel = resolve(&device, Kernel::Auto, x.dims()[0]);
+        let out = self.write_columns(x, out, col0, kernel, Half::Auto);
+        perturbed(out, kernel, Half::Auto, &device)
+    }
+
+    /// Every chunk's product written into its columns of `out`, from `col0`.
+    fn write_columns(
+        &self,
+        x: Tensor<2>,
+        out: Tensor<2>,
+        col0: usize,
+        kernel: Kernel,
+        half: Half,
+    ) -> Tensor<2> {
+        self.chunks.iter().fold(out, |out, c| {
+            Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul_into(
+                x.clone().into_dispatch(),
+                c.words.clone().into_dispatch(),
+                out.into_dispatch(),
+                self.ty.id(),
+                c.rows,
+                self.cols,
+                kernel.id(),
+                half.id(),
+                col0 + c.row0,
+            ))
+        })
     }
 
     /// Rows `ids` dequantised: `[ids.len(), cols]`. Ids must be `< rows`.

@@ -232,16 +232,15 @@ pub async fn max_error_vs_f64(
 pub const QK_STORE_CASES: [(usize, usize, usize, usize); 2] = [(3, 8, 4, 256), (5, 3, 1, 18)];
 
 /// The fused q/k RMSNorm + RoPE with its KV-cache write ([`fused_rows::qk_norm_rope_store`])
-/// on `device`, writing `t` positions at `pos` of buffers that already hold other values and
-/// that a clone shares, reading q, k and v from three products or (`joined`) from column
-/// ranges of one: the largest error of q and the written keys against an f64
-/// evaluation, relative to `max(1, |expected|)`. Infinite when the values are not copied
-/// exactly, a position outside `pos..pos + t` changes, or the clone sees the write.
+/// on `device`, reading one joined q/k/v product and writing `t` positions at `pos` of buffers
+/// that already hold other values and that a clone shares: the largest error of q and the
+/// written keys against an f64 evaluation, relative to `max(1, |expected|)`. Infinite when the
+/// values are not copied exactly, a position outside `pos..pos + t` changes, or the clone
+/// sees the write.
 pub async fn qk_store_max_error(
     device: &burn::tensor::Device,
     (t, heads, kv_heads, d): (usize, usize, usize, usize),
     pos: usize,
-    joined: bool,
     seed: u64,
 ) -> Result<f64, ModelError> {
     let mut rng = crate::rng::SplitMix64::new(seed);
@@ -251,10 +250,11 @@ pub async fn qk_store_max_error(
             .collect()
     };
     let cap = pos + t + 3;
+    let (qd, kd) = (heads * d, kv_heads * d);
     let (q, k, v) = (
-        fill(t * heads * d, 1.0, 0.0),
-        fill(t * kv_heads * d, 1.0, 0.0),
-        fill(t * kv_heads * d, 1.0, 0.0),
+        fill(t * qd, 1.0, 0.0),
+        fill(t * kd, 1.0, 0.0),
+        fill(t * kd, 1.0, 0.0),
     );
     let (qw, kw) = (fill(d, 0.05, 1.0), fill(d, 0.05, 1.0));
     let (k_old, v_old) = (
@@ -262,49 +262,39 @@ pub async fn qk_store_max_error(
         fill(kv_heads * cap * d, 1.0, 0.0),
     );
     let eps = 1e-6;
+    let mut qkv = Vec::with_capacity(t * (qd + 2 * kd));
+    for i in 0..t {
+        qkv.extend_from_slice(&q[i * qd..(i + 1) * qd]);
+        qkv.extend_from_slice(&k[i * kd..(i + 1) * kd]);
+        qkv.extend_from_slice(&v[i * kd..(i + 1) * kd]);
+    }
+    let norms: Vec<f32> = qw.iter().chain(&kw).copied().collect();
     let t1 = |v: &[f32]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
-    let t2 =
-        |v: &[f32], s: [usize; 2]| Tensor::<2>::from_data(TensorData::new(v.to_vec(), s), device);
+    let t2 = |v: Vec<f32>, s: [usize; 2]| Tensor::<2>::from_data(TensorData::new(v, s), device);
     let t3 =
         |v: &[f32], s: [usize; 3]| Tensor::<3>::from_data(TensorData::new(v.to_vec(), s), device);
-    let (qd, kd) = (heads * d, kv_heads * d);
-    let part = |x, off, heads| fused_rows::Part { x, off, heads };
-    let parts = if joined {
-        let mut all = Vec::with_capacity(t * (qd + 2 * kd));
-        for i in 0..t {
-            all.extend_from_slice(&q[i * qd..(i + 1) * qd]);
-            all.extend_from_slice(&k[i * kd..(i + 1) * kd]);
-            all.extend_from_slice(&v[i * kd..(i + 1) * kd]);
-        }
-        let x = t2(&all, [t, qd + 2 * kd]);
-        [
-            part(x.clone(), 0, heads),
-            part(x.clone(), qd, kv_heads),
-            part(x, qd + kd, kv_heads),
-        ]
-    } else {
-        [
-            part(t2(&q, [t, qd]), 0, heads),
-            part(t2(&k, [t, kd]), 0, kv_heads),
-            part(t2(&v, [t, kd]), 0, kv_heads),
-        ]
-    };
     let positions: Vec<usize> = (0..t).map(|i| 1000 + 37 * i).collect();
-    let (cos, sin) = nn::rope_tables(&positions, d, 1e4, 1.0, device);
+    let table = nn::rope_table(&positions, d, 1e4, 1.0, device);
     let (kb, vb) = (
         t3(&k_old, [kv_heads, cap, d]),
         t3(&v_old, [kv_heads, cap, d]),
     );
     let (q_out, kb_new, vb_new) = fused_rows::qk_norm_rope_store(
-        parts,
-        d,
-        (&t1(&qw), &t1(&kw)),
-        (&cos, &sin),
+        t2(qkv, [t, qd + 2 * kd]),
+        [heads, kv_heads, d],
+        &t1(&norms),
+        &table,
         (kb.clone(), vb.clone()),
         pos,
         eps,
     );
-    let tables = (read_f32(cos).await?, read_f32(sin).await?);
+    // The reference rotates by the table's own f32 values, as the RoPE row check does.
+    let both = read_f32(table).await?;
+    let half = d / 2;
+    let tables: (Vec<f32>, Vec<f32>) = (
+        both.chunks(d).flat_map(|r| r[..half].to_vec()).collect(),
+        both.chunks(d).flat_map(|r| r[half..].to_vec()).collect(),
+    );
     let (got_q, got_k, got_v) = (
         read_f32(q_out).await?,
         read_f32(kb_new).await?,
@@ -338,14 +328,14 @@ pub async fn qk_store_max_error(
         let e = (f64::from(g) - w).abs() / w.abs().max(1.0);
         if e.is_nan() { f64::INFINITY } else { e }
     };
+    if got_q.len() != want_q.len() {
+        return Ok(f64::INFINITY);
+    }
     let mut worst = got_q
         .iter()
         .zip(&want_q)
         .map(|(&g, &w)| rel(g, w))
         .fold(0f64, f64::max);
-    if got_q.len() != want_q.len() {
-        return Ok(f64::INFINITY);
-    }
     for h in 0..kv_heads {
         for p in 0..cap {
             let at = (h * cap + p) * d;
