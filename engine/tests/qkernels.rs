@@ -175,19 +175,29 @@ fn wgpu_qk_norm_rope_writes_the_cache_and_leaves_shared_buffers_alone() {
     }
 }
 
-/// Joining a matrix's streaming buffers (the head, at load on a GPU) changes no product and no
-/// looked-up row by a bit, and keeps each joined buffer within the bound: 67 rows in buffers
-/// of 28, 28 and 11, regrouped into 56 and 11.
+/// Streaming chunks written into grouped device buffers (every matrix a GPU loader streams in
+/// more than one chunk: the head) give the same products and looked-up rows, bit for bit, as
+/// one buffer per chunk: 67 rows in chunks of 28, grouped into 56 and 11.
 #[test]
-fn wgpu_regrouped_buffers_give_the_same_products_and_rows() {
+fn wgpu_grouped_buffers_give_the_same_products_and_rows() {
     use burn::tensor::{Int, Tensor, TensorData};
     let dev = gpu();
     let (ty, n, k) = (GgmlType::Q4_K, 67, 256);
     let bytes = random_blocks(ty, n * k, 9);
-    let split = QMatrix::upload(ty, &bytes, n, k, &dev, 4096).unwrap();
-    assert_eq!(split.n_chunks(), 3);
-    let joined = split.clone().regroup(2 * 4096);
-    assert_eq!(joined.n_chunks(), 2);
+    let row_bytes = bytes.len() / n;
+    let per = QMatrix::rows_per_chunk(ty, n, k, 4096);
+    assert_eq!(per, 28);
+    let group = QMatrix::rows_per_group(ty, k, per, 2 * 4096);
+    assert_eq!(group, 56);
+    let (mut split, mut grouped) = (QMatrix::streaming(ty, n, k), QMatrix::streaming(ty, n, k));
+    for (i, rows) in bytes.chunks(per * row_bytes).enumerate() {
+        let r = rows.len() / row_bytes;
+        split.push_chunk(rows, r, &dev).unwrap();
+        grouped.push_chunk_grouped(rows, r, &dev, group).unwrap();
+        assert_eq!(grouped.n_chunks(), i / 2 + 1);
+    }
+    assert!(split.is_complete() && grouped.is_complete());
+    assert_eq!((split.n_chunks(), grouped.n_chunks()), (3, 2));
     let values = |t: Tensor<2>| t.into_data().try_into_vec::<f32>().unwrap();
     for m in [1, 5] {
         let x: Vec<f32> = (0..m * k)
@@ -196,7 +206,7 @@ fn wgpu_regrouped_buffers_give_the_same_products_and_rows() {
         let x = Tensor::<2>::from_data(TensorData::new(x, [m, k]), &dev);
         assert_eq!(
             values(split.matmul(x.clone())),
-            values(joined.matmul(x)),
+            values(grouped.matmul(x)),
             "m={m}"
         );
     }
@@ -209,7 +219,7 @@ fn wgpu_regrouped_buffers_give_the_same_products_and_rows() {
     };
     assert_eq!(
         values(split.gather_device(ids())),
-        values(joined.gather_device(ids()))
+        values(grouped.gather_device(ids()))
     );
 }
 

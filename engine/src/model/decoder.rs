@@ -358,16 +358,9 @@ impl Decoder {
         l: &mut Loader<'_, S>,
         cfg: TextConfig,
     ) -> Result<Decoder, ModelError> {
-        let mut token_embd = l
+        let token_embd = l
             .qmatrix(&names::weight(names::TOKEN_EMBD), cfg.vocab, cfg.hidden)
             .await?;
-        // The head and the embedding lookup run once per chunk: on a GPU, chunks as large as
-        // the device binds (the CPU keeps the streaming chunks: a join there would hold a
-        // second copy in wasm memory while it runs).
-        if let Some(max) = crate::device::max_binding_bytes(l.device()) {
-            let max = (max as usize).min(crate::quant::ops::MAX_CHUNK_BYTES);
-            token_embd = token_embd.regroup(max);
-        }
         let output = names::weight(names::OUTPUT);
         if l.info(&output, &[cfg.hidden as u64, cfg.vocab as u64])
             .is_ok()

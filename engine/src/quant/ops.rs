@@ -854,6 +854,53 @@ impl QMatrix {
         Ok(())
     }
 
+    /// [`QMatrix::push_chunk`] into device buffers of `group_rows` rows (the last one shorter),
+    /// filled chunk by chunk in place, so that a matrix streamed in small chunks is multiplied
+    /// and looked up in few dispatches, and no row is ever held twice on the device.
+    /// `group_rows` must be a multiple of every `n_rows` pushed but the last.
+    // burn's slices take one range per dimension: a 1-D tensor's is an array of one.
+    #[allow(clippy::single_range_in_vec_init)]
+    pub fn push_chunk_grouped(
+        &mut self,
+        bytes: &[u8],
+        n_rows: usize,
+        device: &Device,
+        group_rows: usize,
+    ) -> Result<(), QuantError> {
+        let wpr = row_words(self.ty, self.cols);
+        let open = |c: &Chunk| c.rows < c.words.dims()[0] / wpr.max(1);
+        let row0 = self.chunks.last().map_or(0, |c| c.row0 + c.rows);
+        let words = u32_tensor(pack_rows(self.ty, bytes, n_rows, self.cols)?, device);
+        match self.chunks.last_mut() {
+            Some(c) if open(c) => {
+                let at = c.rows * wpr;
+                c.words = c.words.clone().slice_assign([at..at + n_rows * wpr], words);
+                c.rows += n_rows;
+            }
+            _ => {
+                let cap = group_rows.min(self.rows - row0).max(n_rows);
+                let words = if cap == n_rows {
+                    words
+                } else {
+                    Tensor::<1, Int>::empty([cap * wpr], (device, DType::U32))
+                        .slice_assign([0..n_rows * wpr], words)
+                };
+                self.chunks.push(Chunk {
+                    row0,
+                    rows: n_rows,
+                    words,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows per device buffer for [`QMatrix::push_chunk_grouped`]: whole streaming chunks of
+    /// `per` rows, as many as fit in `max_bytes` (at least one).
+    pub fn rows_per_group(ty: GgmlType, cols: usize, per: usize, max_bytes: usize) -> usize {
+        per * (max_bytes / (per * row_words(ty, cols) * 4).max(1)).max(1)
+    }
+
     /// Whether every row has been uploaded.
     pub fn is_complete(&self) -> bool {
         self.chunks.iter().map(|c| c.rows).sum::<usize>() == self.rows
@@ -883,41 +930,6 @@ impl QMatrix {
                 words,
             }],
         })
-    }
-
-    /// Joins consecutive buffers into ones of at most `max_bytes` (a device copy at load), so
-    /// that a product or lookup over a matrix split for streaming takes fewer dispatches: the
-    /// 4B's 262k-row head streams in 17 buffers of 32 MiB and is used as 3. While a group is
-    /// joined, its parts and the joined buffer are both held (at most `max_bytes` more).
-    pub fn regroup(self, max_bytes: usize) -> QMatrix {
-        let bytes = |c: &Chunk| c.words.dims()[0] * 4;
-        let mut groups: Vec<Vec<Chunk>> = Vec::new();
-        let mut size = 0;
-        for c in self.chunks {
-            let b = bytes(&c);
-            match groups.last_mut() {
-                Some(g) if size + b <= max_bytes => {
-                    size += b;
-                    g.push(c);
-                }
-                _ => {
-                    size = b;
-                    groups.push(vec![c]);
-                }
-            }
-        }
-        let chunks = groups
-            .into_iter()
-            .map(|g| match <[Chunk; 1]>::try_from(g) {
-                Ok([one]) => one,
-                Err(g) => Chunk {
-                    row0: g[0].row0,
-                    rows: g.iter().map(|c| c.rows).sum(),
-                    words: Tensor::cat(g.into_iter().map(|c| c.words).collect(), 0),
-                },
-            })
-            .collect();
-        QMatrix { chunks, ..self }
     }
 
     /// Number of device buffers.
