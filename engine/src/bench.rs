@@ -70,6 +70,10 @@ pub struct BenchReport {
     /// Packed weight bytes one decoded token must read: the physical minimum of its traffic.
     #[serde(default)]
     pub weight_bytes_per_token: Option<u64>,
+    /// Bytes the engine's kernels read and write for one decoded token (from their launch
+    /// shapes; burn's own few kernels on that path, the argmax above all, are not counted).
+    #[serde(default)]
+    pub bytes_per_token: Option<u64>,
     /// The passes counted, by kernel.
     #[serde(default)]
     pub counts: Option<PassCounts>,
@@ -390,6 +394,7 @@ impl BenchReport {
             .map(|c| c.dispatches as f64 / pc.questions.max(1) as f64);
         self.dispatches_per_image = pc.image.as_ref().map(|c| c.dispatches);
         self.weight_bytes_per_token = Some(weight_bytes_per_token);
+        self.bytes_per_token = Some(pc.token.kernel_bytes);
         self.counts = Some(pc);
     }
 }

@@ -21,6 +21,7 @@ thread_local! {
     // Per thread, as the launches are: a pass runs on one thread.
     static READS: Cell<u64> = const { Cell::new(0) };
     static UPLOADS: Cell<u64> = const { Cell::new(0) };
+    static BYTES: Cell<u64> = const { Cell::new(0) };
     /// Launches by kernel on this thread while a [`Counting`] of it lives.
     static TALLY: RefCell<Option<BTreeMap<&'static str, u64>>> = const { RefCell::new(None) };
 }
@@ -37,6 +38,13 @@ pub fn note_read() {
 /// Notes one host-to-device upload made while running the model (not weight loading).
 pub fn note_upload() {
     UPLOADS.set(UPLOADS.get() + 1);
+}
+
+/// Notes the bytes one of the engine's kernels reads and writes, from its launch shapes (each
+/// element once: a lower bound of its traffic where caches miss, the figure to set against the
+/// weight bytes a token must read).
+pub fn note_bytes(bytes: usize) {
+    BYTES.set(BYTES.get() + bytes as u64);
 }
 
 /// The one observer, process-wide as CubeCL's slot is: each launch goes to the tally of the
@@ -70,6 +78,7 @@ fn active() -> std::sync::MutexGuard<'static, (usize, Option<LaunchObservation>)
 pub struct Counting {
     reads: u64,
     uploads: u64,
+    bytes: u64,
 }
 
 /// Starts counting.
@@ -83,6 +92,7 @@ pub fn count() -> Counting {
     Counting {
         reads: READS.get(),
         uploads: UPLOADS.get(),
+        bytes: BYTES.get(),
     }
 }
 
@@ -117,6 +127,7 @@ impl Counting {
             dispatches: by_kernel.iter().map(|k| k.dispatches).sum(),
             reads: READS.get() - self.reads,
             uploads: UPLOADS.get() - self.uploads,
+            kernel_bytes: BYTES.get() - self.bytes,
             by_kernel,
         }
     }
@@ -131,6 +142,10 @@ pub struct Counts {
     pub reads: u64,
     /// Host-to-device uploads (inputs, tables, masks; not weights).
     pub uploads: u64,
+    /// Bytes the engine's own kernels read and write (see [`note_bytes`]); burn's kernels
+    /// (copies, casts, the argmax, composed ops) are not counted.
+    #[serde(default)]
+    pub kernel_bytes: u64,
     /// Dispatches by kernel, most frequent first.
     pub by_kernel: Vec<KernelCount>,
 }

@@ -101,6 +101,17 @@ fn dispatch_rows(r: &serde_json::Value) -> Vec<(String, String)> {
                 .as_f64()
                 .map_or("–".into(), |b| format!("{:.1}", b / 1e6)),
         ),
+        (
+            "kernel bytes per token (MB, ×weights)".into(),
+            match (
+                r["bytes_per_token"].as_f64(),
+                r["weight_bytes_per_token"].as_f64(),
+            ) {
+                (Some(b), Some(w)) if w > 0.0 => format!("{:.1} ({:.2}×)", b / 1e6, b / w),
+                (Some(b), _) => format!("{:.1}", b / 1e6),
+                _ => "–".into(),
+            },
+        ),
     ]
 }
 

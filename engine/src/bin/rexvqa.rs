@@ -767,6 +767,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     "dispatches_per_question_batched": r.dispatches_per_question_batched,
                     "dispatches_per_image": r.dispatches_per_image,
                     "weight_bytes_per_token": r.weight_bytes_per_token,
+                    "bytes_per_token": r.bytes_per_token,
                     "counts": r.counts,
                     "adapter": r.adapter,
                 })

@@ -184,6 +184,10 @@ impl AttentionOps for CubeBackend {
         let (k, v, kv_stride) = kv_rows(k, v);
         let [heads, t, d] = q.meta.shape().dims::<3>();
         let s = k.meta.shape().dims::<3>()[1];
+        // q, the valid keys and values of every KV head, the mask, the output.
+        let kv_heads = k.meta.shape().dims::<3>()[0];
+        let mask_bytes = if has_mask { t * s * 4 } else { 0 };
+        crate::launches::note_bytes(2 * heads * t * d * 4 + 2 * kv_heads * s * d * 4 + mask_bytes);
         let client = q.client.clone();
         let out = empty_device_dtype(
             client.clone(),

@@ -557,6 +557,8 @@ impl RowOps for CubeBackend {
         let (rows, d) = rows_of(&x);
         let out = empty_like(&x);
         let (count, dim) = row_launch(&x, rows);
+        let passes = if has_residual { 3 } else { 2 };
+        crate::launches::note_bytes((passes * rows * d + d) * 4);
         rms_norm_kernel::launch(
             &x.client,
             count,
@@ -585,6 +587,8 @@ impl RowOps for CubeBackend {
         let (rows, d) = rows_of(&x);
         let (h, hn) = (empty_like(&x), empty_like(&x));
         let (count, dim) = row_launch(&x, rows);
+        // x and the residual read, h and its norm written, two weight vectors.
+        crate::launches::note_bytes((4 * rows * d + 2 * d) * 4);
         add_rms_norm_then_norm_kernel::launch(
             &x.client,
             count,
@@ -614,6 +618,7 @@ impl RowOps for CubeBackend {
         let [t, heads, d] = x.meta.shape().dims::<3>();
         let out = empty_like(&x);
         let (count, dim) = row_launch(&x, t * heads);
+        crate::launches::note_bytes((2 * t * heads * d + d + t * d) * 4);
         rms_norm_rope_kernel::launch(
             &x.client,
             count,
@@ -656,6 +661,9 @@ impl RowOps for CubeBackend {
             DType::F32,
         );
         let (count, dim) = row_launch(&qkv, t * (heads + kv_heads));
+        // The product read, q and the new keys and values written, norms, table.
+        let width = (heads + 2 * kv_heads) * d;
+        crate::launches::note_bytes((2 * t * width + 2 * d + t * d) * 4);
         qk_norm_rope_store_kernel::launch(
             &qkv.client,
             count,
@@ -682,6 +690,7 @@ impl RowOps for CubeBackend {
         let (rows, d) = rows_of(&x);
         let out = empty_like(&x);
         let (count, dim) = row_launch(&x, rows);
+        crate::launches::note_bytes((2 * rows * d + 2 * d) * 4);
         layer_norm_kernel::launch(
             &x.client,
             count,
@@ -701,6 +710,7 @@ impl RowOps for CubeBackend {
         let (gate, up) = (into_contiguous(gate), into_contiguous(up));
         let n = gate.meta.shape().num_elements();
         let out = empty_like(&gate);
+        crate::launches::note_bytes(if has_up { 3 } else { 2 } * n * 4);
         let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
         let count = cubecl::calculate_cube_count_elemwise(&gate.client, n, dim);
         gelu_kernel::launch(
@@ -724,6 +734,8 @@ impl RowOps for CubeBackend {
         shape[last] = f;
         let n = shape.num_elements();
         let out = empty_device_dtype(x.client.clone(), x.device.clone(), shape, DType::F32);
+        // Gate and up read, the product written.
+        crate::launches::note_bytes(3 * n * 4);
         let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
         let count = cubecl::calculate_cube_count_elemwise(&x.client, n, dim);
         gelu_halves_kernel::launch(

@@ -599,6 +599,8 @@ fn launch_qmatmul(
     let (x, w) = (into_contiguous(x), into_contiguous(w));
     let m = x.meta.shape().num_elements() / k;
     let ld = out.meta.shape().num_elements() / m.max(1);
+    // The chunk's packed weights, x, and the outputs written.
+    crate::launches::note_bytes(w.meta.shape().num_elements() * 4 + (m * k + m * n) * 4);
     let client = x.client.clone();
     let wpr = row_words(ggml(ty_id), k) as u32;
     let plane = plane_ops(client.properties());
@@ -722,6 +724,8 @@ fn launch_qgather(
     let cube_dim = cubecl::CubeDim::new(&client, count);
     let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
     let wpr = row_words(ggml(ty_id), k) as u32;
+    // The ids, and at most one packed row and one output row per id.
+    crate::launches::note_bytes(t * 4 + t * (wpr as usize + k) * 4);
     let launch = |tyc: u32| {
         qgather_kernel::launch(
             &client,
