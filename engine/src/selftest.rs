@@ -34,7 +34,7 @@ use crate::model::decoder::Decoder;
 use crate::model::load::Loader;
 use crate::model::{decode_attention, fused, synthetic};
 use crate::pair::PairHeaders;
-use crate::quant::conformance::{Measured, gather_error, matmul_error};
+use crate::quant::conformance::{self, Measured, gather_error, matmul_error};
 use crate::quant::forms::{self, Disabled, Form};
 use crate::quant::ops::{GEMV_MAX_M, Half, Kernel};
 
@@ -338,6 +338,31 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
             &mut checks,
             check("fused.qk_norm_rope_store".into(), Some(Form::FusedRope), r),
         );
+        // The products' own fusions, through the kernels the automatic choice now takes:
+        // Q4_K_M's q+k (Q4_K) and v (Q6_K) as one product, at decode and prefill sizes, and a
+        // joined gate and up with the GELU in the decode product.
+        let pair = [GgmlType::Q4_K, GgmlType::Q6_K];
+        for m in [3, GEMV_MAX_M + 1] {
+            let kernel = crate::quant::ops::resolve(device, Kernel::Auto, m);
+            let r = conformance::stacked_error(device, kernel, Half::Auto, pair, m, [N, 5], K, 400)
+                .await;
+            let name = format!("stacked.{}", snake(kernel));
+            timed(&mut checks, check(name, Some(Form::StackedProduct), r));
+        }
+        let kernel = crate::quant::ops::resolve(device, Kernel::Auto, 1);
+        let r = conformance::gelu_product_error(
+            device,
+            kernel,
+            Half::Auto,
+            GgmlType::Q4_K,
+            1,
+            N,
+            K,
+            401,
+        )
+        .await;
+        let name = format!("gelu_product.{}", snake(kernel));
+        timed(&mut checks, check(name, Some(Form::GeluProduct), r));
     }
     turn_off_failed(&checks);
     for c in tiny_forward(device).await {

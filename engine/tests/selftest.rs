@@ -104,6 +104,9 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
         "fused.gelu_mul",
         "fused.gelu_mul_halves",
         "fused.layer_norm",
+        "stacked.naive",
+        "stacked.tiled",
+        "gelu_product.naive",
         "forward.tiny",
         "argmax",
     ] {
@@ -115,8 +118,8 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
 }
 
 /// A wrong result from the form the automatic choice takes on lavapipe for decoding (naive),
-/// from the fused and decode attention kernels, from every fused row kernel and from the device
-/// argmax:
+/// from the fused and decode attention kernels, from every fused row kernel, from the two fused
+/// products and from the device argmax:
 /// each is caught and turned off with the reason, and the tiny model's forward, now through
 /// gemv, blocked attention and composed norms, still matches the CPU.
 #[test]
@@ -131,12 +134,15 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
         forms::inject_fault(f);
     }
     forms::inject_fault(Form::DeviceArgmax);
+    forms::inject_fault(Form::StackedProduct);
+    forms::inject_fault(Form::GeluProduct);
     let r = run(&dev, &medgemma_plan());
     forms::clear_faults();
     let now = resolve(&dev, Kernel::Auto, 1);
     let fused_on = forms::enabled(Form::FusedAttention) || forms::enabled(Form::DecodeAttention);
     let rows_on = ROW_FORMS.map(forms::enabled);
     let argmax_on = forms::enabled(Form::DeviceArgmax);
+    let products_on = forms::enabled(Form::StackedProduct) || forms::enabled(Form::GeluProduct);
     forms::reset();
 
     let off: Vec<Form> = r.disabled.iter().map(|d| d.form).collect();
@@ -150,6 +156,8 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
             Form::FusedRope,
             Form::FusedLayerNorm,
             Form::FusedGelu,
+            Form::StackedProduct,
+            Form::GeluProduct,
             Form::DeviceArgmax
         ],
         "{}",
@@ -169,6 +177,8 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     assert!(
         failed(&r).iter().all(|n| n.starts_with("matmul.naive.")
             || n.starts_with("fused.")
+            || n.starts_with("stacked.")
+            || n.starts_with("gelu_product.")
             || n.starts_with("attention.decode.")
             || *n == "attention.fused.d72"
             || *n == "argmax"),
@@ -179,6 +189,10 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     assert!(
         !fused_on && !argmax_on,
         "greedy decoding takes the host's argmax"
+    );
+    assert!(
+        !products_on,
+        "a product per matrix and the GELU kernel replace the fused products"
     );
     assert!(r.usable, "{}", r.verdict());
     let fwd = r.checks.iter().find(|c| c.name == "forward.tiny").unwrap();
@@ -316,7 +330,7 @@ fn the_cli_on_wgpu_passes_on_lavapipe_and_fails_with_an_injected_fault() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tiled matmul turned off"), "{stderr}");
     assert!(
-        stderr.contains("9 of 59 self-test checks failed"),
+        stderr.contains("9 of 62 self-test checks failed"),
         "{stderr}"
     );
 }

@@ -219,6 +219,34 @@ mod model_in_browser {
         }
     }
 
+    /// The fused products on WebGPU (as the native tests): two block types read as one matrix,
+    /// bit-equal to each matrix alone and within the f64 bound; GELU·up in the decode product.
+    #[wasm_bindgen_test]
+    async fn stacked_and_gelu_products_match_their_references_on_webgpu() {
+        use rexvqa_engine::gguf::GgmlType;
+        use rexvqa_engine::quant::conformance::{gelu_product_error, stacked_error};
+        let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        let pair = [GgmlType::Q4_K, GgmlType::Q6_K];
+        for kernel in Kernel::available(&dev) {
+            for (m, n) in [(1, [13, 5]), (70, [67, 3])] {
+                let r = stacked_error(&dev, kernel, Half::Auto, pair, m, n, 256, m as u64)
+                    .await
+                    .unwrap();
+                assert!(r.passed(), "{kernel:?}: {r:?}");
+            }
+            if kernel == Kernel::Tiled {
+                continue;
+            }
+            for m in [1, 5] {
+                let r = gelu_product_error(&dev, kernel, Half::Auto, GgmlType::Q4_K, m, 67, 256, 3)
+                    .await
+                    .unwrap();
+                wasm_bindgen_test::console_log!("gelu product {kernel:?} m={m}: {r:?}");
+                assert!(r.passed(), "{kernel:?}: {r:?}");
+            }
+        }
+    }
+
     /// Letter logits of the official prompt and the last-position logits of the top-32 ids.
     async fn run(model: &Model) -> (Vec<f32>, Vec<f32>, Vec<u32>) {
         let opts = [

@@ -47,12 +47,16 @@ impl Projections {
     }
 
     /// `xn [t, hidden]` projected to each position's queries, keys and values side by side:
-    /// `[t, q_dim + 2·kv_dim]`. One product where the three are joined; otherwise each writes
-    /// its columns of one output on a GPU (concatenated on the CPU).
+    /// `[t, q_dim + 2·kv_dim]`. One product where the three are joined, or where q+k and v are
+    /// one buffer each (a product that switches block type by row); otherwise each writes its
+    /// columns of one output on a GPU (concatenated on the CPU).
     fn project(&self, xn: Tensor<2>) -> Tensor<2> {
         let parts: Vec<&QMatrix> = match self {
             Projections::Qkv(m) => return m.matmul(xn),
-            Projections::Qk(qk, v) => vec![qk, v],
+            Projections::Qk(qk, v) => match QMatrix::matmul_stacked(qk, v, xn.clone()) {
+                Some(qkv) => return qkv,
+                None => vec![qk, v],
+            },
             Projections::Apart(q, k, v) => vec![q, k, v],
         };
         let device = xn.device();
@@ -284,7 +288,11 @@ impl Mlp {
     /// `[t, hidden]` → `[t, hidden]`.
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         let gated = match &self.gate_up {
-            GateUp::Joined(m) => gelu_mul_halves(m.matmul(x)),
+            // The decode product applies the GELU itself; prefill's tiled product cannot.
+            GateUp::Joined(m) => match m.matmul_gelu_halves(x.clone()) {
+                Some(gated) => gated,
+                None => gelu_mul_halves(m.matmul(x)),
+            },
             GateUp::Apart { gate, up } => gelu_mul(gate.matmul(x.clone()), up.matmul(x)),
         };
         self.ffn_down.matmul(gated)

@@ -21,19 +21,13 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
 use crate::quant::forms::{self, Form};
+use crate::quant::kernels::gelu_tanh;
 
 /// Invocations per row (WebGPU guarantees 256 per workgroup); a power of two for the tree.
 pub(crate) const ROW_THREADS: u32 = 256;
 
 /// Invocations per workgroup of the elementwise GELU kernel.
 const ELEMENT_THREADS: u32 = 256;
-
-/// `√(2/π)` and the cubic coefficient of the tanh approximation (as in [`super::nn::gelu_tanh`]).
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-const GELU_CUBIC: f32 = 0.044_715;
-/// tanh is ±1 in f32 beyond |9.02|; SwiftShader's tanh returns NaN past ~44 (see
-/// [`super::nn::gelu_tanh`]), so the argument is clamped first, as there.
-const TANH_SATURATED: f32 = 10.0;
 
 /// The sum of `partial` over the workgroup, returned to every invocation: a tree in workgroup
 /// memory (1 KiB), `CUBE_DIM_X` a power of two of at most [`ROW_THREADS`]. A caller that calls
@@ -330,7 +324,7 @@ fn layer_norm_kernel(
 }
 
 /// `out[i] = gelu_tanh(gate[i]) · up[i]` (`gelu_tanh(gate[i])` without `has_up`), the formula
-/// of [`super::nn::gelu_tanh`] term by term.
+/// of [`super::nn::gelu_tanh`] term by term ([`gelu_tanh`], shared with the products).
 #[cube(launch)]
 fn gelu_kernel(
     gate: &Tensor<f32>,
@@ -341,10 +335,7 @@ fn gelu_kernel(
 ) {
     let i = ABSOLUTE_POS;
     if i < n as usize {
-        let x = gate[i];
-        let inner = (x + x * x * x * GELU_CUBIC) * SQRT_2_OVER_PI;
-        let inner = clamp(inner, -TANH_SATURATED, TANH_SATURATED);
-        let g = x * 0.5f32 * (inner.tanh() + 1.0f32);
+        let g = gelu_tanh(gate[i]);
         if comptime!(has_up) {
             out[i] = g * up[i];
         } else {
@@ -361,10 +352,7 @@ fn gelu_halves_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, n: u32, f: u32) {
     if i < n as usize {
         let f = f as usize;
         let base = (i / f) * 2 * f + i % f;
-        let g = x[base];
-        let inner = (g + g * g * g * GELU_CUBIC) * SQRT_2_OVER_PI;
-        let inner = clamp(inner, -TANH_SATURATED, TANH_SATURATED);
-        out[i] = g * 0.5f32 * (inner.tanh() + 1.0f32) * x[base + f];
+        out[i] = gelu_tanh(x[base]) * x[base + f];
     }
 }
 

@@ -100,8 +100,7 @@ async fn product(
 ) -> Result<Product, String> {
     let bytes = random_blocks(ty, n * k, seed);
     let w = dequantize_vec(ty, &bytes, n * k).map_err(|e| e.to_string())?;
-    let mut rng = SplitMix64::new(seed ^ 0x5eed);
-    let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
+    let x = random_x(m, k, seed);
     let q = QMatrix::upload(ty, &bytes, n, k, device, chunk_bytes).map_err(|e| e.to_string())?;
     let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
     let got = read(q.matmul_variant(xt, kernel, half)).await?;
@@ -190,6 +189,163 @@ async fn read(t: Tensor<2>) -> Result<Vec<f32>, String> {
         .map_err(|e| format!("{e:?}"))
 }
 
+/// GELU with the tanh approximation in f64 (PyTorch's `gelu(approximate="tanh")`).
+pub(crate) fn gelu_tanh_f64(v: f64) -> f64 {
+    let inner = ((v + 0.044_715 * v * v * v) * (2.0 / std::f64::consts::PI).sqrt()).tanh();
+    0.5 * v * (1.0 + inner)
+}
+
+/// Largest accepted difference of a product's GELU·up from the f64 GELU of its own sums,
+/// relative to `max(1, |gate · up|)`. Measured worst 1.6e-7 on lavapipe (2026-11-24); the bound
+/// is the fused GELU kernel's (`crate::selftest::rows::TOLERANCE`), 12× that, for GPUs whose
+/// tanh is less exact.
+pub const GELU_PRODUCT_TOLERANCE: f64 = 2e-6;
+
+/// Random inputs `[m, k]` in [-1, 1) for the checks' products.
+fn random_x(m: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SplitMix64::new(seed ^ 0x5eed);
+    (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect()
+}
+
+/// `x [m, k]` times `na` rows of `ta` stacked on `nb` rows of `tb` in one dispatch
+/// ([`QMatrix::matmul_stacked_variant`]) against the f64 products, for random blocks on
+/// `device`: the worst element, as [`matmul_error`] reports it. Also fails unless the result is
+/// bit-equal to the two matrices' own products with the same kernel: the same sums in the same
+/// order.
+#[allow(clippy::too_many_arguments)]
+pub async fn stacked_error(
+    device: &Device,
+    kernel: Kernel,
+    half: Half,
+    [ta, tb]: [GgmlType; 2],
+    m: usize,
+    [na, nb]: [usize; 2],
+    k: usize,
+    seed: u64,
+) -> Result<Measured, String> {
+    let upload = |ty: GgmlType, n: usize, seed: u64| -> Result<(QMatrix, Vec<f32>), String> {
+        let bytes = random_blocks(ty, n * k, seed);
+        let w = dequantize_vec(ty, &bytes, n * k).map_err(|e| e.to_string())?;
+        let q =
+            QMatrix::upload(ty, &bytes, n, k, device, usize::MAX / 2).map_err(|e| e.to_string())?;
+        Ok((q, w))
+    };
+    let (a, wa) = upload(ta, na, seed)?;
+    let (b, wb) = upload(tb, nb, seed + 1)?;
+    let x = random_x(m, k, seed);
+    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
+    let got = QMatrix::matmul_stacked_variant(&a, &b, xt.clone(), kernel, half)
+        .ok_or("no stacked product on this device")?;
+    let got = read(got).await?;
+    let n = na + nb;
+    if got.len() != m * n {
+        return Err(format!("got {} outputs, expected {}", got.len(), m * n));
+    }
+    let w: Vec<f32> = wa.into_iter().chain(wb).collect();
+    let (ratio, i, r, exact) = worst_error(&x, &w, &got, m, n, k);
+    let abs: f64 = (0..k)
+        .map(|j| (f64::from(x[i * k + j]) * f64::from(w[r * k + j])).abs())
+        .sum();
+    let g = got[i * n + r];
+    let pa = read(a.matmul_variant(xt.clone(), kernel, half)).await?;
+    let pb = read(b.matmul_variant(xt, kernel, half)).await?;
+    for row in 0..m {
+        for col in 0..n {
+            let want = if col < na {
+                pa[row * na + col]
+            } else {
+                pb[row * nb + col - na]
+            };
+            if got[row * n + col].to_bits() != want.to_bits() {
+                return Err(format!(
+                    "{ta}+{tb} m={m}: out[{row},{col}] is {} stacked, {want} alone",
+                    got[row * n + col]
+                ));
+            }
+        }
+    }
+    Ok(Measured {
+        max_error: if ratio.is_finite() {
+            (f64::from(g) - exact).abs()
+        } else {
+            f64::INFINITY
+        },
+        bound: bound(k, abs),
+        detail: format!(
+            "{ta}+{tb} m={m} n={na}+{nb} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"
+        ),
+    })
+}
+
+/// `gelu_tanh(gate) · up` from one product of a joined gate and up matrix (`2f` random rows of
+/// `ty`, [`QMatrix::matmul_gelu_variant`]) against the f64 GELU of the same kernel's plain
+/// product's two sums, relative to `max(1, |gate · up|)` with bound
+/// [`GELU_PRODUCT_TOLERANCE`]. The sums themselves are what [`matmul_error`] checks.
+#[allow(clippy::too_many_arguments)]
+pub async fn gelu_product_error(
+    device: &Device,
+    kernel: Kernel,
+    half: Half,
+    ty: GgmlType,
+    m: usize,
+    f: usize,
+    k: usize,
+    seed: u64,
+) -> Result<Measured, String> {
+    let bytes = random_blocks(ty, 2 * f * k, seed);
+    let q =
+        QMatrix::upload(ty, &bytes, 2 * f, k, device, usize::MAX / 2).map_err(|e| e.to_string())?;
+    // Inputs scaled so the largest gate is ±12: past GELU's bend and the tanh clamp (random
+    // blocks alone give gates in the hundreds, where GELU is the identity or zero).
+    let x = random_x(m, k, seed);
+    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
+    let first = read(q.matmul_variant(xt, kernel, half)).await?;
+    let largest = (0..m)
+        .flat_map(|i| first[i * 2 * f..i * 2 * f + f].iter())
+        .fold(0f32, |a, g| a.max(g.abs()));
+    let s = if largest > 0.0 { 12.0 / largest } else { 1.0 };
+    let x: Vec<f32> = x.iter().map(|v| v * s).collect();
+    let xt = Tensor::<2>::from_data(TensorData::new(x, [m, k]), device);
+    let got = q
+        .matmul_gelu_variant(xt.clone(), kernel, half)
+        .ok_or_else(|| format!("no GELU product with {kernel:?} on this device"))?;
+    let got = read(got).await?;
+    let sums = read(q.matmul_variant(xt, kernel, half)).await?;
+    if got.len() != m * f {
+        return Err(format!("got {} outputs, expected {}", got.len(), m * f));
+    }
+    let mut worst = Measured {
+        max_error: 0.0,
+        bound: GELU_PRODUCT_TOLERANCE,
+        detail: String::new(),
+    };
+    let mut worst_ratio = 0.0;
+    for i in 0..m {
+        for r in 0..f {
+            let (gate, up) = (sums[i * 2 * f + r], sums[i * 2 * f + f + r]);
+            let want = gelu_tanh_f64(f64::from(gate)) * f64::from(up);
+            let g = got[i * f + r];
+            let err = (f64::from(g) - want).abs();
+            let err = if err.is_nan() { f64::INFINITY } else { err };
+            // f32's tanh near ±1 carries an error of a few ulps of 1, which GELU multiplies
+            // by |gate|/2 and the product by |up|: the scale the error is measured against.
+            let scale = (f64::from(gate) * f64::from(up)).abs().max(1.0);
+            let allowed = GELU_PRODUCT_TOLERANCE * scale;
+            if err / allowed > worst_ratio || err.is_infinite() {
+                worst_ratio = err / allowed;
+                worst = Measured {
+                    max_error: err,
+                    bound: allowed,
+                    detail: format!(
+                        "{ty} m={m} f={f} k={k}: out[{i},{r}] gate {gate} up {up}: expected {want:.7} got {g:.7}"
+                    ),
+                };
+            }
+        }
+    }
+    Ok(worst)
+}
+
 /// Checks `x [m, k] · Wᵀ` with `kernel` and `half` for random well-formed blocks of `ty` (`n`
 /// rows, split into chunks of at most `chunk_bytes`) and a row gather, on `device`.
 #[allow(clippy::too_many_arguments)]
@@ -254,8 +410,7 @@ pub async fn check_half_forms_agree(
     seed: u64,
 ) -> Result<(), String> {
     let bytes = random_blocks(ty, n * k, seed);
-    let mut rng = SplitMix64::new(seed ^ 0x5eed);
-    let x: Vec<f32> = (0..m * k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
+    let x = random_x(m, k, seed);
     let q = QMatrix::upload(ty, &bytes, n, k, device, usize::MAX / 2).map_err(|e| e.to_string())?;
     let xt = Tensor::<2>::from_data(TensorData::new(x, [m, k]), device);
     let a = read(q.matmul_variant(xt.clone(), kernel, Half::Integer)).await?;

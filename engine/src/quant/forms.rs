@@ -40,11 +40,17 @@ pub enum Form {
     /// The decode attention kernel ([`crate::model::decode_attention`]); the blocked path
     /// replaces it.
     DecodeAttention,
+    /// One product over two matrices of different block types
+    /// ([`super::ops::QMatrix::matmul_stacked`]); a product per matrix replaces it.
+    StackedProduct,
+    /// GELU(gate)·up applied by the decode product of a joined gate and up
+    /// ([`super::ops::QMatrix::matmul_gelu_halves`]); the product and the GELU kernel replace it.
+    GeluProduct,
 }
 
 impl Form {
     /// Every form.
-    pub const ALL: [Form; 12] = [
+    pub const ALL: [Form; 14] = [
         Form::Naive,
         Form::Gemv,
         Form::GemvSubgroup,
@@ -57,6 +63,8 @@ impl Form {
         Form::FusedGelu,
         Form::FusedLayerNorm,
         Form::DecodeAttention,
+        Form::StackedProduct,
+        Form::GeluProduct,
     ];
 
     fn bit(self) -> u32 {
@@ -78,6 +86,8 @@ impl Form {
             Form::FusedGelu => "fused GELU",
             Form::FusedLayerNorm => "fused LayerNorm",
             Form::DecodeAttention => "decode attention",
+            Form::StackedProduct => "two-type product",
+            Form::GeluProduct => "GELU in the product",
         }
     }
 }

@@ -222,23 +222,89 @@ pub fn dequant_one<H: CubePrimitive>(
     v
 }
 
+/// `√(2/π)` and the cubic coefficient of GELU's tanh approximation (as in
+/// [`crate::model::nn::gelu_tanh`]).
+pub const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+/// See [`SQRT_2_OVER_PI`].
+pub const GELU_CUBIC: f32 = 0.044_715;
+/// tanh is ±1 in f32 beyond |9.02|; SwiftShader's tanh returns NaN past ~44 (see
+/// [`crate::model::nn::gelu_tanh`]), so the argument is clamped first, as there.
+pub const TANH_SATURATED: f32 = 10.0;
+
+/// GELU with the tanh approximation, the formula of [`crate::model::nn::gelu_tanh`] term by
+/// term: shared by the fused GELU kernels and the products that apply it to their outputs, so
+/// both give the same bits.
+#[cube]
+pub fn gelu_tanh(x: f32) -> f32 {
+    let inner = (x + x * x * x * GELU_CUBIC) * SQRT_2_OVER_PI;
+    let inner = clamp(inner, -TANH_SATURATED, TANH_SATURATED);
+    x * 0.5f32 * (inner.tanh() + 1.0f32)
+}
+
+/// Weight `j` of row `r` of a product's matrix: the `n1` rows of `w` (type `ty`, `rw` words a
+/// row), then, when `stacked`, the rows of `w2` (type `ty2`, `rw2` words a row). Two buffers of
+/// two block types read as one matrix: a layer's Q4_K q and k rows and its Q6_K v rows in one
+/// dispatch.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn weight_at<H: CubePrimitive>(
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    w2: &Tensor<u32>,
+    wh2: &Tensor<H>,
+    r: usize,
+    j: usize,
+    n1: usize,
+    rw: usize,
+    rw2: usize,
+    #[comptime] ty: u32,
+    #[comptime] ty2: u32,
+    #[comptime] stacked: bool,
+    #[comptime] native: bool,
+) -> f32 {
+    let mut v = 0.0f32;
+    if comptime!(stacked) {
+        if r < n1 {
+            v = dequant_one(w, wh, r * rw, j, ty, native);
+        } else {
+            v = dequant_one(w2, wh2, (r - n1) * rw2, j, ty2, native);
+        }
+    } else {
+        v = dequant_one(w, wh, r * rw, j, ty, native);
+    }
+    v
+}
+
 /// `out[m, col0 + r] = Σ_j x[m, j] · W[r, j]` for packed rows `W` of `k` weights; `out`'s rows
 /// are `ld` apart (`ld = n`, `col0 = 0` for a matrix of its own; a chunk of a split matrix
 /// writes its columns of the whole output, see `QuantOps::qmatmul_into`).
+///
+/// Every product kernel reads its matrix through [`weight_at`]: `w`'s `n1` rows then, with
+/// `stacked`, `w2`'s (otherwise `w2` is `w` again, never read). With `gelu` the matrix is a
+/// joined gate and up of `2n` rows and output column `r` is `gelu_tanh(gate r) · up r`: the
+/// GELU·up of the gated MLP applied to the two sums where they are made, with no dispatch of its
+/// own and no write and read of the `2n` products.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul_kernel<H: CubePrimitive>(
     x: &Tensor<f32>,
     w: &Tensor<u32>,
     wh: &Tensor<H>,
+    w2: &Tensor<u32>,
+    wh2: &Tensor<H>,
     out: &mut Tensor<f32>,
     m: u32,
     k: u32,
     n: u32,
+    n1: u32,
     row_words: u32,
+    row_words2: u32,
     ld: u32,
     col0: u32,
     #[comptime] ty: u32,
+    #[comptime] ty2: u32,
+    #[comptime] stacked: bool,
+    #[comptime] gelu: bool,
     #[comptime] native: bool,
     #[define(H)] _half: ElemType,
 ) {
@@ -248,13 +314,38 @@ pub fn qmatmul_kernel<H: CubePrimitive>(
         terminate!();
     }
     let k = k as usize;
+    let n1 = n1 as usize;
+    let rw = row_words as usize;
+    let rw2 = row_words2 as usize;
     let m = idx / n;
     let r = idx % n;
-    let row = r * row_words as usize;
     let xb = m * k;
     let mut acc = 0.0f32;
+    let mut up = 0.0f32;
     for j in 0..k {
-        acc += x[xb + j] * dequant_one(w, wh, row, j, ty, native);
+        let xv = x[xb + j];
+        acc += xv * weight_at(w, wh, w2, wh2, r, j, n1, rw, rw2, ty, ty2, stacked, native);
+        if comptime!(gelu) {
+            up += xv
+                * weight_at(
+                    w,
+                    wh,
+                    w2,
+                    wh2,
+                    n + r,
+                    j,
+                    n1,
+                    rw,
+                    rw2,
+                    ty,
+                    ty2,
+                    stacked,
+                    native,
+                );
+        }
+    }
+    if comptime!(gelu) {
+        acc = gelu_tanh(acc) * up;
     }
     out[m * ld as usize + col0 as usize + r] = acc;
 }
@@ -311,61 +402,13 @@ pub const GEMV_ROWS: usize = 4;
 /// Invocations per workgroup of [`qgemv_kernel`]; a power of two for the tree reduction.
 pub const GEMV_THREADS: u32 = 64;
 
-/// `out[m, r] = Σ_j x[m, j] · W[r, j]` for few input rows (decode): one workgroup per output
-/// row and group of [`GEMV_ROWS`] input rows, its invocations striding along the row so that
-/// neighbours read neighbouring weight bytes, then a workgroup reduction: subgroup sums when
-/// `plane` (the adapter has subgroups), a shared-memory tree otherwise.
-///
-/// The workgroup index is linear over a 2-D dispatch (`CUBE_POS`), since a vocabulary-sized
-/// matrix has more rows than one dispatch dimension allows (65535).
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-pub fn qgemv_kernel<H: CubePrimitive>(
-    x: &Tensor<f32>,
-    w: &Tensor<u32>,
-    wh: &Tensor<H>,
-    out: &mut Tensor<f32>,
-    m: u32,
-    k: u32,
-    n: u32,
-    row_words: u32,
-    ld: u32,
-    col0: u32,
-    #[comptime] ty: u32,
-    #[comptime] plane: bool,
-    #[comptime] native: bool,
-    #[define(H)] _half: ElemType,
-) {
-    let n = n as usize;
-    let m = m as usize;
-    let k = k as usize;
-    let mut sums = Shared::<[f32]>::new_slice(GEMV_ROWS * GEMV_THREADS as usize);
-    let cube = CUBE_POS;
-    let groups = m.div_ceil(GEMV_ROWS);
-    // Uniform across the workgroup, so no invocation skips a barrier another one waits at.
-    if cube >= n * groups {
-        terminate!();
-    }
-    let r = cube % n;
-    let m0 = (cube / n) * GEMV_ROWS;
+/// The workgroup's sum of each invocation's `acc[i]`, for `i < GEMV_ROWS`, in
+/// `sums[slot · GEMV_ROWS · GEMV_THREADS + i · GEMV_THREADS]`: subgroup sums when `plane`, a
+/// shared-memory tree otherwise. Every invocation must call it (it passes barriers).
+#[cube]
+fn gemv_reduce(acc: &Array<f32>, sums: &mut Shared<[f32]>, slot: usize, #[comptime] plane: bool) {
     let lane = UNIT_POS as usize;
-    let row = r * row_words as usize;
-    let mut acc = Array::<f32>::new(GEMV_ROWS);
-    #[unroll]
-    for i in 0..GEMV_ROWS {
-        acc[i] = 0.0f32;
-    }
-    let mut j = lane;
-    while j < k {
-        let wv = dequant_one(w, wh, row, j, ty, native);
-        #[unroll]
-        for i in 0..GEMV_ROWS {
-            if m0 + i < m {
-                acc[i] += x[(m0 + i) * k + j] * wv;
-            }
-        }
-        j += GEMV_THREADS as usize;
-    }
+    let base = slot * GEMV_ROWS * GEMV_THREADS as usize;
     if comptime!(plane) {
         // One partial sum per subgroup, then the first invocation adds the subgroups'.
         let planes = GEMV_THREADS / PLANE_DIM;
@@ -374,7 +417,7 @@ pub fn qgemv_kernel<H: CubePrimitive>(
         for i in 0..GEMV_ROWS {
             let s = plane_sum(acc[i]);
             if UNIT_POS_PLANE == 0 {
-                sums[i * GEMV_THREADS as usize + p] = s;
+                sums[base + i * GEMV_THREADS as usize + p] = s;
             }
         }
         sync_cube();
@@ -383,17 +426,16 @@ pub fn qgemv_kernel<H: CubePrimitive>(
             for i in 0..GEMV_ROWS {
                 let mut t = 0.0f32;
                 for q in 0..planes as usize {
-                    t += sums[i * GEMV_THREADS as usize + q];
+                    t += sums[base + i * GEMV_THREADS as usize + q];
                 }
-                if m0 + i < m {
-                    out[(m0 + i) * ld as usize + col0 as usize + r] = t;
-                }
+                sums[base + i * GEMV_THREADS as usize] = t;
             }
         }
+        sync_cube();
     } else {
         #[unroll]
         for i in 0..GEMV_ROWS {
-            sums[i * GEMV_THREADS as usize + lane] = acc[i];
+            sums[base + i * GEMV_THREADS as usize + lane] = acc[i];
         }
         sync_cube();
         // From the runtime CUBE_DIM_X, not the constant: CubeCL folds a constant initialiser
@@ -404,7 +446,7 @@ pub fn qgemv_kernel<H: CubePrimitive>(
             if lane < stride {
                 #[unroll]
                 for i in 0..GEMV_ROWS {
-                    let b = i * GEMV_THREADS as usize;
+                    let b = base + i * GEMV_THREADS as usize;
                     let v = sums[b + lane] + sums[b + lane + stride];
                     sums[b + lane] = v;
                 }
@@ -412,9 +454,111 @@ pub fn qgemv_kernel<H: CubePrimitive>(
             sync_cube();
             stride /= 2;
         }
-        if lane < GEMV_ROWS && m0 + lane < m {
-            out[(m0 + lane) * ld as usize + col0 as usize + r] = sums[lane * GEMV_THREADS as usize];
+    }
+}
+
+/// `out[m, r] = Σ_j x[m, j] · W[r, j]` for few input rows (decode): one workgroup per output
+/// column and group of [`GEMV_ROWS`] input rows, its invocations striding along the row so that
+/// neighbours read neighbouring weight bytes, then a workgroup reduction: subgroup sums when
+/// `plane` (the adapter has subgroups), a shared-memory tree otherwise. The matrix, `stacked`
+/// and `gelu` are as in [`qmatmul_kernel`] (with `gelu` a workgroup reduces its gate and up rows
+/// side by side).
+///
+/// The workgroup index is linear over a 2-D dispatch (`CUBE_POS`), since a vocabulary-sized
+/// matrix has more rows than one dispatch dimension allows (65535).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn qgemv_kernel<H: CubePrimitive>(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    w2: &Tensor<u32>,
+    wh2: &Tensor<H>,
+    out: &mut Tensor<f32>,
+    m: u32,
+    k: u32,
+    n: u32,
+    n1: u32,
+    row_words: u32,
+    row_words2: u32,
+    ld: u32,
+    col0: u32,
+    #[comptime] ty: u32,
+    #[comptime] ty2: u32,
+    #[comptime] stacked: bool,
+    #[comptime] gelu: bool,
+    #[comptime] plane: bool,
+    #[comptime] native: bool,
+    #[define(H)] _half: ElemType,
+) {
+    let n = n as usize;
+    let m = m as usize;
+    let k = k as usize;
+    let n1 = n1 as usize;
+    let rw = row_words as usize;
+    let rw2 = row_words2 as usize;
+    // Slot 0 for the row's sums, slot 1 for the up row's with `gelu`.
+    let mut sums = Shared::<[f32]>::new_slice(2 * GEMV_ROWS * GEMV_THREADS as usize);
+    let cube = CUBE_POS;
+    let groups = m.div_ceil(GEMV_ROWS);
+    // Uniform across the workgroup, so no invocation skips a barrier another one waits at.
+    if cube >= n * groups {
+        terminate!();
+    }
+    let r = cube % n;
+    let m0 = (cube / n) * GEMV_ROWS;
+    let lane = UNIT_POS as usize;
+    let mut acc = Array::<f32>::new(GEMV_ROWS);
+    let mut up = Array::<f32>::new(GEMV_ROWS);
+    #[unroll]
+    for i in 0..GEMV_ROWS {
+        acc[i] = 0.0f32;
+        up[i] = 0.0f32;
+    }
+    let mut j = lane;
+    while j < k {
+        let wv = weight_at(w, wh, w2, wh2, r, j, n1, rw, rw2, ty, ty2, stacked, native);
+        #[unroll]
+        for i in 0..GEMV_ROWS {
+            if m0 + i < m {
+                acc[i] += x[(m0 + i) * k + j] * wv;
+            }
         }
+        if comptime!(gelu) {
+            let uv = weight_at(
+                w,
+                wh,
+                w2,
+                wh2,
+                n + r,
+                j,
+                n1,
+                rw,
+                rw2,
+                ty,
+                ty2,
+                stacked,
+                native,
+            );
+            #[unroll]
+            for i in 0..GEMV_ROWS {
+                if m0 + i < m {
+                    up[i] += x[(m0 + i) * k + j] * uv;
+                }
+            }
+        }
+        j += GEMV_THREADS as usize;
+    }
+    gemv_reduce(&acc, &mut sums, 0, plane);
+    if comptime!(gelu) {
+        gemv_reduce(&up, &mut sums, 1, plane);
+    }
+    if lane < GEMV_ROWS && m0 + lane < m {
+        let mut v = sums[lane * GEMV_THREADS as usize];
+        if comptime!(gelu) {
+            v = gelu_tanh(v) * sums[(GEMV_ROWS + lane) * GEMV_THREADS as usize];
+        }
+        out[(m0 + lane) * ld as usize + col0 as usize + r] = v;
     }
 }
 
@@ -431,27 +575,37 @@ const LOADS: usize = TILE * TILE_K / (TILE_THREADS * TILE_THREADS) as usize;
 /// `out[m, r] = Σ_j x[m, j] · W[r, j]` for many input rows (prefill, vision): a workgroup stages
 /// a 64 × 16 slice of `x` and the same slice of 64 weight rows, decoded once, in workgroup
 /// memory, and each invocation accumulates a 4 × 4 block of outputs from it. Each weight is
-/// decoded once per 64 input rows instead of once per output.
+/// decoded once per 64 input rows instead of once per output. The matrix and `stacked` are as
+/// in [`qmatmul_kernel`] (no `gelu` form: prefill keeps the GELU kernel).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     x: &Tensor<f32>,
     w: &Tensor<u32>,
     wh: &Tensor<H>,
+    w2: &Tensor<u32>,
+    wh2: &Tensor<H>,
     out: &mut Tensor<f32>,
     m: u32,
     k: u32,
     n: u32,
+    n1: u32,
     row_words: u32,
+    row_words2: u32,
     ld: u32,
     col0: u32,
     #[comptime] ty: u32,
+    #[comptime] ty2: u32,
+    #[comptime] stacked: bool,
     #[comptime] native: bool,
     #[define(H)] _half: ElemType,
 ) {
     let m = m as usize;
     let k = k as usize;
     let n = n as usize;
+    let n1 = n1 as usize;
+    let rw = row_words as usize;
+    let rw2 = row_words2 as usize;
     let tx = UNIT_POS_X as usize;
     let ty_ = UNIT_POS_Y as usize;
     let tid = ty_ * TILE_THREADS as usize + tx;
@@ -479,7 +633,21 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
             xs[e] = xv;
             let mut wv = 0.0f32;
             if bn + rr < n && j < k {
-                wv = dequant_one(w, wh, (bn + rr) * row_words as usize, j, ty, native);
+                wv = weight_at(
+                    w,
+                    wh,
+                    w2,
+                    wh2,
+                    bn + rr,
+                    j,
+                    n1,
+                    rw,
+                    rw2,
+                    ty,
+                    ty2,
+                    stacked,
+                    native,
+                );
             }
             ws[e] = wv;
         }

@@ -288,6 +288,25 @@ pub trait QuantOps: burn::backend::Backend {
         col0: usize,
     ) -> FloatTensor<Self>;
 
+    /// `x [m, k]` times a matrix of `w`'s `n1` rows of type `ty_id` then `w2`'s `n2` rows of
+    /// type `ty2_id`, in one dispatch: `[m, n1 + n2]`; with `gelu` the rows are a joined gate
+    /// and up and the result is `gelu_tanh(gate) · up`, `[m, (n1 + n2) / 2]`. GPU backends only
+    /// (see `QMatrix::matmul_stacked` and `QMatrix::matmul_gelu_halves`, which check).
+    #[allow(clippy::too_many_arguments)]
+    fn qmatmul_fused(
+        x: FloatTensor<Self>,
+        w: IntTensor<Self>,
+        w2: IntTensor<Self>,
+        ty_id: u32,
+        ty2_id: u32,
+        n1: usize,
+        n2: usize,
+        k: usize,
+        kernel: u32,
+        half: u32,
+        gelu: bool,
+    ) -> FloatTensor<Self>;
+
     /// Rows `ids - row0` of the packed matrix of `rows` rows, dequantised: `[ids.len(), k]`;
     /// zero rows for ids outside `row0..row0 + rows`; `half` is [`Half`]'s id.
     fn qgather(
@@ -427,6 +446,22 @@ impl QuantOps for Flex {
         )
     }
 
+    fn qmatmul_fused(
+        _x: FloatTensor<Self>,
+        _w: IntTensor<Self>,
+        _w2: IntTensor<Self>,
+        _ty_id: u32,
+        _ty2_id: u32,
+        _n1: usize,
+        _n2: usize,
+        _k: usize,
+        _kernel: u32,
+        _half: u32,
+        _gelu: bool,
+    ) -> FloatTensor<Self> {
+        unreachable!("the CPU multiplies each matrix on its own (QMatrix checks the device)")
+    }
+
     fn qgather(
         ids: IntTensor<Self>,
         w: IntTensor<Self>,
@@ -532,7 +567,8 @@ impl QuantOps for CubeBackend {
             [m, n].into(),
             DType::F32,
         );
-        launch_qmatmul(x, w, out, ty_id, n, k, kernel, half, 0)
+        let p = Params::plain(ty_id, n, k, kernel, half, 0);
+        launch_qmatmul(x, w, None, out, p)
     }
 
     fn qmatmul_into(
@@ -546,7 +582,39 @@ impl QuantOps for CubeBackend {
         half: u32,
         col0: usize,
     ) -> CubeTensor {
-        launch_qmatmul(x, w, out, ty_id, n, k, kernel, half, col0)
+        let p = Params::plain(ty_id, n, k, kernel, half, col0);
+        launch_qmatmul(x, w, None, out, p)
+    }
+
+    fn qmatmul_fused(
+        x: CubeTensor,
+        w: CubeTensor,
+        w2: CubeTensor,
+        ty_id: u32,
+        ty2_id: u32,
+        n1: usize,
+        n2: usize,
+        k: usize,
+        kernel: u32,
+        half: u32,
+        gelu: bool,
+    ) -> CubeTensor {
+        let m = x.meta.shape().num_elements() / k;
+        let n = if gelu { (n1 + n2) / 2 } else { n1 + n2 };
+        let out = empty_device_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            [m, n].into(),
+            DType::F32,
+        );
+        let p = Params {
+            ty2: ty2_id,
+            n2,
+            gelu,
+            ..Params::plain(ty_id, n1, k, kernel, half, 0)
+        };
+        let w2 = (n2 > 0).then_some(w2);
+        launch_qmatmul(x, w, w2, out, p)
     }
 
     fn qgather(
@@ -582,37 +650,101 @@ impl QuantOps for CubeBackend {
     }
 }
 
-/// The quantised matmul of [`QuantOps::qmatmul`] into columns `col0..col0 + n` of `out`
-/// (`[m, ld]`, contiguous, written in place).
-#[allow(clippy::too_many_arguments)]
+/// What [`launch_qmatmul`] multiplies and how.
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    /// ggml type id of the first buffer's rows.
+    ty: u32,
+    /// ggml type id of the second buffer's rows (`n2 > 0`).
+    ty2: u32,
+    /// Rows of the first buffer.
+    n1: usize,
+    /// Rows of the second buffer (0: none).
+    n2: usize,
+    /// Weights per row.
+    k: usize,
+    /// [`Kernel`]'s id.
+    kernel: u32,
+    /// [`Half`]'s id.
+    half: u32,
+    /// First output column written.
+    col0: usize,
+    /// GELU(gate)·up of the joined rows' halves.
+    gelu: bool,
+}
+
+impl Params {
+    /// `n` rows of one buffer, no epilogue.
+    fn plain(ty: u32, n: usize, k: usize, kernel: u32, half: u32, col0: usize) -> Params {
+        Params {
+            ty,
+            ty2: ty,
+            n1: n,
+            n2: 0,
+            k,
+            kernel,
+            half,
+            col0,
+            gelu: false,
+        }
+    }
+}
+
+/// The quantised matmul of [`QuantOps::qmatmul`] (of `w`, then `w2`'s rows when given) into
+/// columns `col0..` of `out` (`[m, ld]`, contiguous, written in place).
 fn launch_qmatmul(
     x: CubeTensor,
     w: CubeTensor,
+    w2: Option<CubeTensor>,
     out: CubeTensor,
-    ty_id: u32,
-    n: usize,
-    k: usize,
-    kernel: u32,
-    half: u32,
-    col0: usize,
+    p: Params,
 ) -> CubeTensor {
+    let k = p.k;
     let (x, w) = (into_contiguous(x), into_contiguous(w));
+    let w2 = w2.map(into_contiguous);
     let m = x.meta.shape().num_elements() / k;
     let ld = out.meta.shape().num_elements() / m.max(1);
-    // The chunk's packed weights, x, and the outputs written.
-    crate::launches::note_bytes(w.meta.shape().num_elements() * 4 + (m * k + m * n) * 4);
+    let rows = p.n1 + p.n2;
+    let n = if p.gelu { rows / 2 } else { rows };
+    // The packed weights, x, and the outputs written.
+    let w_bytes = |w: &CubeTensor| w.meta.shape().num_elements() * 4;
+    crate::launches::note_bytes(w_bytes(&w) + w2.as_ref().map_or(0, w_bytes) + (m * k + m * n) * 4);
     let client = x.client.clone();
-    let wpr = row_words(ggml(ty_id), k) as u32;
+    let wpr = row_words(ggml(p.ty), k) as u32;
+    let wpr2 = row_words(ggml(p.ty2), k) as u32;
     let plane = plane_ops(client.properties());
-    let native = native_half(client.properties(), half);
+    let native = native_half(client.properties(), p.half);
     let (wh, h_elem) = half_view(&w, native);
-    let kernel = match Kernel::from_id(kernel) {
+    let stacked = w2.is_some();
+    // Without a second buffer the kernels never read `w2`; `w` fills its binding.
+    let w2 = w2.unwrap_or_else(|| w.clone());
+    let (wh2, _) = half_view(&w2, native);
+    let kernel = match Kernel::from_id(p.kernel) {
         Kernel::Auto => auto_kernel(client.properties(), m),
         Kernel::GemvSubgroup if !plane => {
             panic!("the subgroup kernel needs an adapter with subgroups (Kernel::available)")
         }
         other => other,
     };
+    let (ty, ty2) = (p.ty, p.ty2);
+    let args = || {
+        (
+            x.clone().into_tensor_arg(),
+            w.clone().into_tensor_arg(),
+            wh.clone().into_tensor_arg(),
+            w2.clone().into_tensor_arg(),
+            wh2.clone().into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+        )
+    };
+    let (m32, k32, n32, n1, ld, col0) = (
+        m as u32,
+        k as u32,
+        n as u32,
+        p.n1 as u32,
+        ld as u32,
+        p.col0 as u32,
+    );
     match kernel {
         Kernel::Gemv | Kernel::GemvSubgroup => {
             let cubes = n * m.div_ceil(GEMV_ROWS);
@@ -622,81 +754,57 @@ fn launch_qmatmul(
                 cubes * GEMV_THREADS as usize,
                 cube_dim,
             );
-            let sub = kernel == Kernel::GemvSubgroup;
-            let launch = |t: u32| {
-                qgemv_kernel::launch(
-                    &client,
-                    cube_count.clone(),
-                    cube_dim,
-                    x.clone().into_tensor_arg(),
-                    w.clone().into_tensor_arg(),
-                    wh.clone().into_tensor_arg(),
-                    out.clone().into_tensor_arg(),
-                    m as u32,
-                    k as u32,
-                    n as u32,
-                    wpr,
-                    ld as u32,
-                    col0 as u32,
-                    t,
-                    sub,
-                    native,
-                    h_elem,
-                )
-            };
-            by_type!(ty_id, launch);
+            let (xa, wa, wha, w2a, wh2a, oa) = args();
+            qgemv_kernel::launch(
+                &client,
+                cube_count,
+                cube_dim,
+                xa,
+                wa,
+                wha,
+                w2a,
+                wh2a,
+                oa,
+                m32,
+                k32,
+                n32,
+                n1,
+                wpr,
+                wpr2,
+                ld,
+                col0,
+                ty,
+                ty2,
+                stacked,
+                p.gelu,
+                kernel == Kernel::GemvSubgroup,
+                native,
+                h_elem,
+            );
         }
         Kernel::Tiled => {
+            assert!(
+                !p.gelu,
+                "the tiled kernel has no GELU form (QMatrix checks)"
+            );
             let cube_dim = cubecl::CubeDim::new_2d(TILE_THREADS, TILE_THREADS);
             let cube_count =
                 cubecl::CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
-            let launch = |t: u32| {
-                qmatmul_tiled_kernel::launch(
-                    &client,
-                    cube_count.clone(),
-                    cube_dim,
-                    x.clone().into_tensor_arg(),
-                    w.clone().into_tensor_arg(),
-                    wh.clone().into_tensor_arg(),
-                    out.clone().into_tensor_arg(),
-                    m as u32,
-                    k as u32,
-                    n as u32,
-                    wpr,
-                    ld as u32,
-                    col0 as u32,
-                    t,
-                    native,
-                    h_elem,
-                )
-            };
-            by_type!(ty_id, launch);
+            let (xa, wa, wha, w2a, wh2a, oa) = args();
+            qmatmul_tiled_kernel::launch(
+                &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1, wpr,
+                wpr2, ld, col0, ty, ty2, stacked, native, h_elem,
+            );
         }
         Kernel::Naive | Kernel::Auto => {
             let count = m * n;
             let cube_dim = cubecl::CubeDim::new(&client, count);
             let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
-            let launch = |t: u32| {
-                qmatmul_kernel::launch(
-                    &client,
-                    cube_count.clone(),
-                    cube_dim,
-                    x.clone().into_tensor_arg(),
-                    w.clone().into_tensor_arg(),
-                    wh.clone().into_tensor_arg(),
-                    out.clone().into_tensor_arg(),
-                    m as u32,
-                    k as u32,
-                    n as u32,
-                    wpr,
-                    ld as u32,
-                    col0 as u32,
-                    t,
-                    native,
-                    h_elem,
-                )
-            };
-            by_type!(ty_id, launch);
+            let (xa, wa, wha, w2a, wh2a, oa) = args();
+            qmatmul_kernel::launch(
+                &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1, wpr,
+                wpr2, ld, col0, ty, ty2, stacked, p.gelu, native, h_elem,
+            );
         }
     }
     out
@@ -991,6 +1099,99 @@ impl QMatrix {
         let kernel = resolve(&device, Kernel::Auto, x.dims()[0]);
         let out = self.write_columns(x, out, col0, kernel, Half::Auto);
         perturbed(out, kernel, Half::Auto, &device)
+    }
+
+    /// `x [m, cols] · [a; b]ᵀ → [m, a.rows + b.rows]` in one dispatch, for two matrices of
+    /// the same width whose block types differ (Q4_K_M's Q4_K q and k rows beside a Q6_K v),
+    /// with the kernel the automatic choice takes. `None` where that cannot be one dispatch
+    /// (the CPU, a split matrix, different widths) or the self-test turned the form off.
+    pub fn matmul_stacked(a: &QMatrix, b: &QMatrix, x: Tensor<2>) -> Option<Tensor<2>> {
+        if !forms::enabled(Form::StackedProduct) {
+            return None;
+        }
+        QMatrix::matmul_stacked_variant(a, b, x, Kernel::Auto, Half::Auto)
+    }
+
+    /// [`QMatrix::matmul_stacked`] with a chosen kernel and f16 form, whether or not the
+    /// self-test turned the form off (tests and the self-test compare them).
+    pub fn matmul_stacked_variant(
+        a: &QMatrix,
+        b: &QMatrix,
+        x: Tensor<2>,
+        kernel: Kernel,
+        half: Half,
+    ) -> Option<Tensor<2>> {
+        let device = x.device();
+        let ([ca], [cb]) = (a.chunks.as_slice(), b.chunks.as_slice()) else {
+            return None;
+        };
+        if !crate::device::queues_work(&device) || a.cols != b.cols {
+            return None;
+        }
+        let kernel = resolve(&device, kernel, x.dims()[0]);
+        let out = Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul_fused(
+            x.into_dispatch(),
+            ca.words.clone().into_dispatch(),
+            cb.words.clone().into_dispatch(),
+            a.ty.id(),
+            b.ty.id(),
+            a.rows,
+            b.rows,
+            a.cols,
+            kernel.id(),
+            half.id(),
+            false,
+        ));
+        let out = perturbed(out, kernel, half, &device);
+        Some(forms::perturb(Form::StackedProduct, out))
+    }
+
+    /// `gelu_tanh(gate) · up` for this matrix of gate rows then up rows (a joined FFN gate and
+    /// up): `x [m, cols] → [m, rows / 2]` in one dispatch, the GELU applied where the sums are
+    /// made. `None` where the automatic choice takes a kernel without that form (the tiled
+    /// one, past [`GEMV_MAX_M`] rows; the CPU), for a split matrix, or where the self-test
+    /// turned the form off: the caller then multiplies and applies the GELU kernel.
+    pub fn matmul_gelu_halves(&self, x: Tensor<2>) -> Option<Tensor<2>> {
+        if !forms::enabled(Form::GeluProduct) {
+            return None;
+        }
+        self.matmul_gelu_variant(x, Kernel::Auto, Half::Auto)
+    }
+
+    /// [`QMatrix::matmul_gelu_halves`] with a chosen kernel and f16 form, whether or not the
+    /// self-test turned the form off; `None` also for the tiled kernel.
+    pub fn matmul_gelu_variant(
+        &self,
+        x: Tensor<2>,
+        kernel: Kernel,
+        half: Half,
+    ) -> Option<Tensor<2>> {
+        let device = x.device();
+        let [c] = self.chunks.as_slice() else {
+            return None;
+        };
+        let kernel = resolve(&device, kernel, x.dims()[0]);
+        if !crate::device::queues_work(&device)
+            || kernel == Kernel::Tiled
+            || !self.rows.is_multiple_of(2)
+        {
+            return None;
+        }
+        let out = Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul_fused(
+            x.into_dispatch(),
+            c.words.clone().into_dispatch(),
+            c.words.clone().into_dispatch(),
+            self.ty.id(),
+            self.ty.id(),
+            self.rows,
+            0,
+            self.cols,
+            kernel.id(),
+            half.id(),
+            true,
+        ));
+        let out = perturbed(out, kernel, half, &device);
+        Some(forms::perturb(Form::GeluProduct, out))
     }
 
     /// Every chunk's product written into its columns of `out`, from `col0`.

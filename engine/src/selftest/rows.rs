@@ -390,10 +390,7 @@ fn reference(
 ) -> Vec<f64> {
     let eps = f64::from(eps);
     let mut out = vec![0f64; x.len()];
-    let gelu = |v: f64| {
-        let inner = ((v + 0.044_715 * v * v * v) * (2.0 / std::f64::consts::PI).sqrt()).tanh();
-        0.5 * v * (1.0 + inner)
-    };
+    let gelu = crate::quant::conformance::gelu_tanh_f64;
     for r in 0..t * heads {
         let row = &x[r * d..(r + 1) * d];
         let o = &mut out[r * d..(r + 1) * d];
