@@ -53,6 +53,10 @@ pub struct BenchReport {
     /// Queue submissions one decoded token implies ([`Counts::submits`]).
     #[serde(default)]
     pub submits_per_token: Option<u64>,
+    /// Launches per queue submission those submissions assume
+    /// ([`launches::tasks_per_submit`]).
+    #[serde(default)]
+    pub tasks_per_submit: Option<u64>,
     /// Host reads of one decoded token.
     #[serde(default)]
     pub reads_per_token: Option<u64>,
@@ -386,6 +390,7 @@ impl BenchReport {
         }
         self.dispatches_per_token = Some(pc.token.dispatches);
         self.submits_per_token = Some(pc.token.submits());
+        self.tasks_per_submit = Some(launches::tasks_per_submit());
         self.reads_per_token = Some(pc.token.reads);
         self.dispatches_per_question = pc.question.as_ref().map(|c| c.dispatches);
         self.dispatches_per_question_batched = pc

@@ -26,9 +26,23 @@ thread_local! {
     static TALLY: RefCell<Option<BTreeMap<&'static str, u64>>> = const { RefCell::new(None) };
 }
 
-/// cubecl-wgpu submits its queued tasks every this many launches (`CUBECL_WGPU_MAX_TASKS`,
-/// default 32) and before every read.
+/// cubecl-wgpu submits its queued tasks every this many launches by default (and before every
+/// read).
 pub const TASKS_PER_SUBMIT: u64 = 32;
+
+/// The launches per submission of this process's wgpu device: `CUBECL_WGPU_MAX_TASKS` where
+/// set natively (CubeCL reads it when it opens the device), else [`TASKS_PER_SUBMIT`].
+pub fn tasks_per_submit() -> u64 {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(n) = std::env::var("CUBECL_WGPU_MAX_TASKS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    TASKS_PER_SUBMIT
+}
 
 /// Notes one host read of device data (a queue flush and a round trip).
 pub fn note_read() {
@@ -151,11 +165,11 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Queue submissions the pass implies on cubecl-wgpu: one per [`TASKS_PER_SUBMIT`]
+    /// Queue submissions the pass implies on cubecl-wgpu: one per [`tasks_per_submit`]
     /// launches, and one at each read (which flushes whatever is queued). Derived, not
     /// observed: neither CubeCL nor wgpu reports submissions.
     pub fn submits(&self) -> u64 {
-        self.dispatches / TASKS_PER_SUBMIT + self.reads.max(1)
+        self.dispatches / tasks_per_submit() + self.reads.max(1)
     }
 }
 

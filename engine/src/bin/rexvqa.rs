@@ -762,6 +762,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 serde_json::json!({
                     "dispatches_per_token": r.dispatches_per_token,
                     "submits_per_token": r.submits_per_token,
+                    "tasks_per_submit": r.tasks_per_submit,
                     "reads_per_token": r.reads_per_token,
                     "dispatches_per_question": r.dispatches_per_question,
                     "dispatches_per_question_batched": r.dispatches_per_question_batched,
