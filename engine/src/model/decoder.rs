@@ -99,8 +99,8 @@ struct Attention {
 /// A layer's FFN gate and up projections.
 #[derive(Debug, Clone)]
 enum GateUp {
-    /// Gate rows then up rows in one buffer: one product, whose halves the GELU·up kernel
-    /// reads (a dispatch fewer per layer).
+    /// Gate rows then up rows in one buffer: one product, which applies GELU·up itself when
+    /// decoding; prefill's product is read by the GELU·up kernel.
     Joined(QMatrix),
     /// Stored apart (different types, or split into several buffers): two products.
     Apart { gate: QMatrix, up: QMatrix },

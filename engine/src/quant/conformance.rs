@@ -125,25 +125,43 @@ pub async fn matmul_error(
 ) -> Result<Measured, String> {
     let Product { x, w, got, .. } =
         product(device, kernel, half, ty, [m, n, k], usize::MAX / 2, seed).await?;
-    let (ratio, i, r, exact) = worst_error(&x, &w, &got, m, n, k);
+    Ok(worst_measured(
+        &x,
+        &w,
+        &got,
+        [m, n, k],
+        format!("m={m} n={n} k={k}"),
+    ))
+}
+
+/// The element of `got [m, n]` worst against the f64 products of `x [m, k]` and `w [n, k]` (see
+/// [`worst_error`]) as a [`Measured`]: its absolute error (infinite for a NaN), the bound at that
+/// element, and `label` with where (empty when exact).
+fn worst_measured(
+    x: &[f32],
+    w: &[f32],
+    got: &[f32],
+    [m, n, k]: [usize; 3],
+    label: String,
+) -> Measured {
+    let (ratio, i, r, exact) = worst_error(x, w, got, m, n, k);
     let abs: f64 = (0..k)
         .map(|j| (f64::from(x[i * k + j]) * f64::from(w[r * k + j])).abs())
         .sum();
     let g = got[i * n + r];
-    let err = (f64::from(g) - exact).abs();
-    Ok(Measured {
+    Measured {
         max_error: if ratio.is_finite() {
-            err
+            (f64::from(g) - exact).abs()
         } else {
             f64::INFINITY
         },
         bound: bound(k, abs),
         detail: if ratio > 0.0 {
-            format!("m={m} n={n} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}")
+            format!("{label}: out[{i},{r}] expected {exact:.7} got {g:.7}")
         } else {
             String::new()
         },
-    })
+    }
 }
 
 /// Rows gathered with ids on the device against the CPU dequantisation (bound 0: a gather
@@ -241,12 +259,6 @@ pub async fn stacked_error(
     if got.len() != m * n {
         return Err(format!("got {} outputs, expected {}", got.len(), m * n));
     }
-    let w: Vec<f32> = wa.into_iter().chain(wb).collect();
-    let (ratio, i, r, exact) = worst_error(&x, &w, &got, m, n, k);
-    let abs: f64 = (0..k)
-        .map(|j| (f64::from(x[i * k + j]) * f64::from(w[r * k + j])).abs())
-        .sum();
-    let g = got[i * n + r];
     let pa = read(a.matmul_variant(xt.clone(), kernel, half)).await?;
     let pb = read(b.matmul_variant(xt, kernel, half)).await?;
     for row in 0..m {
@@ -264,17 +276,9 @@ pub async fn stacked_error(
             }
         }
     }
-    Ok(Measured {
-        max_error: if ratio.is_finite() {
-            (f64::from(g) - exact).abs()
-        } else {
-            f64::INFINITY
-        },
-        bound: bound(k, abs),
-        detail: format!(
-            "{ta}+{tb} m={m} n={na}+{nb} k={k}: out[{i},{r}] expected {exact:.7} got {g:.7}"
-        ),
-    })
+    let w: Vec<f32> = wa.into_iter().chain(wb).collect();
+    let label = format!("{ta}+{tb} m={m} n={na}+{nb} k={k}");
+    Ok(worst_measured(&x, &w, &got, [m, n, k], label))
 }
 
 /// `gelu_tanh(gate) · up` from one product of a joined gate and up matrix (`2f` random rows of

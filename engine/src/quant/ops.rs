@@ -1121,29 +1121,10 @@ impl QMatrix {
         kernel: Kernel,
         half: Half,
     ) -> Option<Tensor<2>> {
-        let device = x.device();
-        let ([ca], [cb]) = (a.chunks.as_slice(), b.chunks.as_slice()) else {
-            return None;
-        };
-        if !crate::device::queues_work(&device) || a.cols != b.cols {
+        if a.cols != b.cols {
             return None;
         }
-        let kernel = resolve(&device, kernel, x.dims()[0]);
-        let out = Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul_fused(
-            x.into_dispatch(),
-            ca.words.clone().into_dispatch(),
-            cb.words.clone().into_dispatch(),
-            a.ty.id(),
-            b.ty.id(),
-            a.rows,
-            b.rows,
-            a.cols,
-            kernel.id(),
-            half.id(),
-            false,
-        ));
-        let out = perturbed(out, kernel, half, &device);
-        Some(forms::perturb(Form::StackedProduct, out))
+        a.fused_product(Some(b), x, kernel, half)
     }
 
     /// `gelu_tanh(gate) · up` for this matrix of gate rows then up rows (a joined FFN gate and
@@ -1166,32 +1147,52 @@ impl QMatrix {
         kernel: Kernel,
         half: Half,
     ) -> Option<Tensor<2>> {
+        if !self.rows.is_multiple_of(2) {
+            return None;
+        }
+        self.fused_product(None, x, kernel, half)
+    }
+
+    /// One [`QuantOps::qmatmul_fused`] dispatch: this matrix's rows then `second`'s, or without
+    /// `second` this matrix as a joined gate and up with GELU·up applied; with the test faults
+    /// of the forms it ran. `None` off a GPU, for a split matrix, and for GELU·up where
+    /// `kernel` resolves to the tiled kernel.
+    fn fused_product(
+        &self,
+        second: Option<&QMatrix>,
+        x: Tensor<2>,
+        kernel: Kernel,
+        half: Half,
+    ) -> Option<Tensor<2>> {
         let device = x.device();
-        let [c] = self.chunks.as_slice() else {
+        let gelu = second.is_none();
+        let b = second.unwrap_or(self);
+        let ([ca], [cb]) = (self.chunks.as_slice(), b.chunks.as_slice()) else {
             return None;
         };
         let kernel = resolve(&device, kernel, x.dims()[0]);
-        if !crate::device::queues_work(&device)
-            || kernel == Kernel::Tiled
-            || !self.rows.is_multiple_of(2)
-        {
+        if !crate::device::queues_work(&device) || (gelu && kernel == Kernel::Tiled) {
             return None;
         }
         let out = Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul_fused(
             x.into_dispatch(),
-            c.words.clone().into_dispatch(),
-            c.words.clone().into_dispatch(),
+            ca.words.clone().into_dispatch(),
+            cb.words.clone().into_dispatch(),
             self.ty.id(),
-            self.ty.id(),
+            b.ty.id(),
             self.rows,
-            0,
+            second.map_or(0, |b| b.rows),
             self.cols,
             kernel.id(),
             half.id(),
-            true,
+            gelu,
         ));
-        let out = perturbed(out, kernel, half, &device);
-        Some(forms::perturb(Form::GeluProduct, out))
+        let form = if gelu {
+            Form::GeluProduct
+        } else {
+            Form::StackedProduct
+        };
+        Some(forms::perturb(form, perturbed(out, kernel, half, &device)))
     }
 
     /// Every chunk's product written into its columns of `out`, from `col0`.
