@@ -34,7 +34,9 @@ stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p
 stage "native tests" cargo test --workspace --no-fail-fast
 stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web
 e2e_fixtures() {
-  # A synthetic split, the tiny model pair, and the native CLI's numbers to compare with.
+  # A synthetic split, the tiny model pair, and the native CLI's numbers to compare with. The
+  # flows use the tiny mmproj at 224 px (tests/reference/small_image_mmproj.py: ~1/200 of the
+  # 896-px encode); bench/browser-fullsize.mjs's test keeps the real 896-px geometry.
   local dir="$REXVQA_E2E"
   rm -rf "$dir" && mkdir -p "$dir/cli" || return 1
   cargo build -q -p rexvqa-engine --bin rexvqa || return 1
@@ -42,8 +44,8 @@ e2e_fixtures() {
   # The same images as the archive ReXGradient-160K ships: tar | zstd, split into numbered parts.
   mkdir -p "$dir/archive" && tar -C "$dir/rexvqa" -cf - deid_png | zstd -q -c \
     | split -d -b 120000 - "$dir/archive/deid_png.part" || return 1
-  for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf; do gzip -dc "tests/fixtures/models/$f.gz" > "$dir/$f" || return 1; done
-  "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj.gguf" \
+  for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf tiny-q8_0-mmproj-224.gguf; do gzip -dc "tests/fixtures/models/$f.gz" > "$dir/$f" || return 1; done
+  "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj-224.gguf" \
     --split "$dir/rexvqa/metadata/test_vqa_data.json" --out "$dir/cli/pred.json"
 }
 export REXVQA_E2E="$ROOT/target/e2e"

@@ -79,7 +79,7 @@ test('your own DICOM and JPEG files: errors, viewer window, identifying panel, s
   await own.getByTestId('own-ask-fast').click();
   await own.getByTestId('own-answer').waitFor({ timeout: SLOW });
   mark('multiple choice answered');
-  const cli = JSON.parse(execFileSync(BIN, ['ask', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj.gguf'),
+  const cli = JSON.parse(execFileSync(BIN, ['ask', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj-224.gguf'),
     ...STUDY.flatMap((f) => ['--image', f]), '--question', QUESTION, ...OPTIONS.flatMap((o) => ['--option', o]),
     '--mode', 'fast', '--policy', 'window', '--json'], { encoding: 'utf8' }));
   const letter = (await own.getByTestId('own-letter').textContent()).trim();
@@ -96,13 +96,15 @@ test('your own DICOM and JPEG files: errors, viewer window, identifying panel, s
   assert.match(cli.images[0].model_input, /^window \(center 2048, width 3000\)$/);
   assert.match(cli.images[1].model_input, /inverted \(MONOCHROME1\)$/);
   await own.getByTestId('own-model-input').locator('canvas').nth(2).waitFor();
+  // The e2e mmproj sees 224 px (tests/reference/small_image_mmproj.py); MedGemma's sees 896.
+  assert.equal(await own.getByTestId('own-model-input-title').textContent(), 'What the model sees (224×224)');
 
   // The same question in official mode: the paper's prompt and extraction, as the CLI runs them.
   await own.getByTestId('own-ask-official').click();
   await own.getByTestId('own-answer').waitFor({ state: 'detached' });
   await own.getByTestId('own-answer').waitFor({ timeout: SLOW });
   mark('official mode answered');
-  const official = JSON.parse(execFileSync(BIN, ['ask', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj.gguf'),
+  const official = JSON.parse(execFileSync(BIN, ['ask', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj-224.gguf'),
     ...STUDY.flatMap((f) => ['--image', f]), '--question', QUESTION, ...OPTIONS.flatMap((o) => ['--option', o]),
     '--mode', 'official', '--policy', 'window', '--json'], { encoding: 'utf8' }));
   console.log(`official: browser ${JSON.stringify(await own.getByTestId('own-letter').textContent())}; CLI ${official.prediction} ${JSON.stringify(official.response.slice(0, 60))}`);

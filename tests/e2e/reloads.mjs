@@ -37,7 +37,7 @@ const PER_STUDY = 3;
 const studies = Number(a.studies ?? 4 * N + 4);
 const seed = Number(a.seed ?? Math.floor(Math.random() * 2 ** 31));
 const MODEL = join(FIX, 'tiny-q8_0.gguf');
-const MMPROJ = join(FIX, 'tiny-q8_0-mmproj.gguf');
+const MMPROJ = join(FIX, 'tiny-q8_0-mmproj-224.gguf');
 
 // mulberry32: a seeded generator, so a failing run can be repeated with --seed.
 let s = seed >>> 0;

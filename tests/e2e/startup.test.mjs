@@ -21,7 +21,7 @@ test('an import clicked during start-up is queued, shows progress at once, and c
   await page.reload();
   await tab(page, 'model');
   await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
-  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
+  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj-224.gguf'));
   await page.getByTestId('model-import').click();
   // Visible feedback within 100 ms of the click.
   await page.getByTestId('progress').waitFor({ timeout: 100 });
@@ -50,7 +50,7 @@ test('a panic in the worker is shown, stops the engine cleanly, and a reload rec
   await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ timeout: 120_000 });
   assert.equal(await page.getByTestId('engine-fatal').count(), 0);
   await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
-  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
+  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj-224.gguf');
   await page.getByTestId('load-stored').click();
   await page.getByTestId('model-card').waitFor({ timeout: SLOW });
 });

@@ -37,7 +37,7 @@ export async function tab(page, id) {
 export async function loadModelFromFiles(page) {
   await tab(page, 'model');
   await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
-  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
+  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj-224.gguf'));
   await page.getByTestId('model-import').click();
   await page.getByTestId('model-card').waitFor({ timeout: SLOW });
 }
@@ -46,7 +46,7 @@ export async function loadStoredModel(page) {
   await tab(page, 'model');
   await page.getByTestId('stored-models').waitFor({ timeout: 30_000 });
   await page.getByTestId('stored-text').selectOption('tiny-q8_0.gguf');
-  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj.gguf');
+  await page.getByTestId('stored-mmproj').selectOption('tiny-q8_0-mmproj-224.gguf');
   await page.getByTestId('load-stored').click();
   await page.getByTestId('model-card').waitFor({ timeout: SLOW });
 }
@@ -70,6 +70,6 @@ export async function assertSameAnswer(page, qid, cli, where) {
 
 // The native CLI's answer (letter and probabilities) to one question of the synthetic split.
 export function cliAnswer(qid) {
-  return JSON.parse(execFileSync(BIN, ['answer', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj.gguf'),
+  return JSON.parse(execFileSync(BIN, ['answer', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj-224.gguf'),
     '--split', join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json'), '--id', qid], { encoding: 'utf8' }));
 }

@@ -38,7 +38,7 @@ test('an import that runs out of storage says how far it got, then resumes with 
   await cdp.send('Storage.overrideQuotaForOrigin', { origin, quotaSize: 10_000_000 });
   await tab(page, 'model');
   await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
-  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj.gguf'));
+  await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj-224.gguf'));
   await page.getByTestId('model-import').click();
   const err = page.getByTestId('app-error').filter({ hasText: 'not enough browser storage' });
   await err.waitFor({ timeout: 60_000 });

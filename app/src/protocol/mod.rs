@@ -394,6 +394,8 @@ pub enum Event {
     OwnInputs {
         /// The mapping in words, per image.
         how: Vec<String>,
+        /// The inputs' side in pixels (the mmproj's image size: 896 for MedGemma).
+        side: u32,
     },
     /// Pixels of an image follow in `buffer` (u16 samples, channels interleaved).
     Image {
@@ -549,6 +551,7 @@ mod tests {
             },
             Event::OwnInputs {
                 how: vec!["window (center 2048, width 3000)".into()],
+                side: 896,
             },
         ] {
             let r = Reply { id: None, event };

@@ -125,8 +125,8 @@ pub struct Engine {
     pub own: RwSignal<AskState>,
     /// The user's own images as decoded.
     pub own_images: RwSignal<Vec<OwnImage>>,
-    /// How each own image became the model's input (view order).
-    pub own_inputs: RwSignal<Vec<String>>,
+    /// How each own image became the model's input (view order), and the inputs' side in pixels.
+    pub own_inputs: RwSignal<(Vec<String>, u32)>,
     /// The running evaluation.
     pub eval: RwSignal<Option<EvalProgress>>,
     /// The last report.
@@ -194,7 +194,7 @@ impl Engine {
             free: RwSignal::new(AskState::default()),
             own: RwSignal::new(AskState::default()),
             own_images: RwSignal::new(Vec::new()),
-            own_inputs: RwSignal::new(Vec::new()),
+            own_inputs: RwSignal::new((Vec::new(), 0)),
             eval: RwSignal::new(None),
             report: RwSignal::new(None),
             quiz: RwSignal::new(None),

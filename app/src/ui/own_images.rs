@@ -31,7 +31,7 @@ pub fn OwnImages() -> impl IntoView {
             return;
         }
         engine.own.set(AskState::default());
-        engine.own_inputs.set(Vec::new());
+        engine.own_inputs.set((Vec::new(), 0));
         let names = files.iter().map(File::name).collect();
         engine.send_with(&Request::OpenOwnImages { names }, &files);
     };
@@ -155,9 +155,9 @@ pub fn OwnImages() -> impl IntoView {
                 })}
                 {move || { let a = engine.own.get(); (!a.text.is_empty()).then(|| view! { <pre class="reply" data-testid="own-text">{a.text}</pre> }) }}
             </div>
-            {move || { let how = engine.own_inputs.get(); (!how.is_empty()).then(|| view! {
+            {move || { let (how, side) = engine.own_inputs.get(); (!how.is_empty()).then(|| view! {
                 <div class="model-input" data-testid="own-model-input">
-                    <h3>"What the model sees (896×896)"</h3>
+                    <h3 data-testid="own-model-input-title">{format!("What the model sees ({side}×{side})")}</h3>
                     <div class="images">
                         {how.into_iter().enumerate().map(|(i, h)| view! {
                             <div><p data-testid="own-input-policy">{format!("Input {}: {h}", i + 1)}</p>

@@ -94,8 +94,10 @@ pub fn inputs(out: Replies, policy: Policy) -> Result<(), String> {
     for (i, (_, d)) in made.iter().enumerate() {
         post_pixels(&out, &format!("own-input/{i}"), d);
     }
+    let side = made.first().map_or(0, |(_, d)| d.width);
     out.post(Event::OwnInputs {
         how: made.into_iter().map(|(s, _)| s).collect(),
+        side,
     });
     Ok(())
 }

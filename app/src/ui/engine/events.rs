@@ -138,7 +138,7 @@ impl Engine {
             }
             Event::Questions(page) => self.questions.set(page),
             Event::OwnImages { images } => self.own_images.set(images),
-            Event::OwnInputs { how } => self.own_inputs.set(how),
+            Event::OwnInputs { how, side } => self.own_inputs.set((how, side)),
             Event::Question(q) => self.question.set(Some(q)),
             Event::Image {
                 path,
