@@ -16,7 +16,7 @@ done
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' bench/device/summarize.py bench/device/tokenizer_gguf.py
 
 plan=$(OUT=/nonexistent bench/device/run.sh --dry-run)
-for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer; do
+for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer bench-one-submit; do
   grep -q -- "-$step " <<<"$plan" || fail "run.sh --dry-run lists no $step step"
 done
 grep -q 'selftest --backend wgpu --json' <<<"$plan" || fail "run.sh must call 'rexvqa selftest --backend wgpu --json'"
@@ -51,8 +51,14 @@ case "$1" in
     echo '[{"name": "gemv q4_k", "passed": true}, {"name": "naive q6_k", "passed": false}]'; exit 1 ;;
   bench-kernels) echo '{"adapter": {"name": "stub"}, "kernels": []}' ;;
   bench) [ -n "${STUB_SLOW_BENCH:-}" ] && sleep 30
-    echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0], [1000, 1500.0]], "decode_tokens_per_s": 90.0,
-    "image_encode_ms": 50.0, "peak_device_bytes": 3400000000, "adapter": {"name": "stub"}}}' ;;
+    if [ -n "${CUBECL_WGPU_MAX_TASKS:-}" ]; then
+      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0]], "decode_tokens_per_s": 99.0,
+      "submits_per_token": 1, "tasks_per_submit": '"$CUBECL_WGPU_MAX_TASKS"', "adapter": {"name": "stub"}}}'
+    else
+      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0], [1000, 1500.0]], "decode_tokens_per_s": 90.0,
+      "submits_per_token": 9, "tasks_per_submit": 32,
+      "image_encode_ms": 50.0, "peak_device_bytes": 3400000000, "adapter": {"name": "stub"}}}'
+    fi ;;
   calibrate) echo '{"per_study_ms": 60.0, "per_question_ms": 20.0, "total_s": 1.0,
     "projections": [{"questions": 40826, "studies": 40826, "total_s": 3265.0},
                     {"questions": 40826, "studies": 9385, "total_s": 1379.0}]}' ;;
@@ -93,7 +99,8 @@ from pathlib import Path
 d = Path(sys.argv[1])
 files = sorted(p.name for p in d.glob("*.json"))
 want = ["00-machine.json", "01-synth.json", "02-selftest.json", "03-bench-kernels.json", "04-bench-wgpu.json",
-        "05-llama-bench.json", "06-llama-mtmd.json", "07-calibrate.json", "08-first-answer.json", "99-summary.json"]
+        "05-llama-bench.json", "06-llama-mtmd.json", "07-calibrate.json", "08-first-answer.json", "09-bench-one-submit.json",
+        "99-summary.json"]
 assert files == want, files
 for f in files:
     json.loads((d / f).read_text())
@@ -103,10 +110,12 @@ st = s["steps"]
 assert st["selftest"] == "not in this build", st
 assert st["first-answer"].startswith("timed out"), st
 assert all(st[k].startswith("ok") for k in ("synth", "bench-kernels", "bench-wgpu", "llama-bench", "llama-mtmd",
-                                            "calibrate")), st
+                                            "calibrate", "bench-one-submit")), st
 assert abs(s["ratios"]["prefill_300"] - 0.8) < 1e-9 and abs(s["ratios"]["image_encode"] - 1.2) < 1e-9, s["ratios"]
 assert s["targets"]["public_test_s_every_question_its_own_study"]["met"] is True, s["targets"]
 assert s["targets"]["load_to_first_answer_s"]["met"] is None, s["targets"]
+one = s["one_submission_per_token"]
+assert one["submits_per_token"] == 1 and one["tasks_per_submit"] == 512 and abs(one["speedup"] - 1.1) < 1e-9, one
 EOF
 
 # A self-test with a failing check (its JSON kept), and a slow step that eats the deadline: it times
@@ -122,5 +131,5 @@ grep -q '"timed_out": true' "$out2/x/04-bench-wgpu.json" || { cat "$tmp/run2.log
 python3 bench/device/summarize.py "$out2/x" >"$tmp/sum2.json"
 grep -q '"selftest": "failed (exit 1); 1 of 2 checks passed, failed: naive q6_k"' "$tmp/sum2.json" ||
   { cat "$tmp/run2.log" "$tmp/sum2.json" >&2; fail "a failing self-test's checks are not summarised"; }
-grep -q '"skipped": true' "$out2/x/08-first-answer.json" || { cat "$tmp/run2.log" >&2; fail "a step past the deadline is not marked skipped"; }
+grep -q '"skipped": true' "$out2/x/09-bench-one-submit.json" || { cat "$tmp/run2.log" >&2; fail "a step past the deadline is not marked skipped"; }
 echo "bench/device: scripts check out (stub run in $SECONDS s)${CHECK_KEEP:+; files in $tmp}"

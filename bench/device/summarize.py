@@ -44,7 +44,7 @@ def main():
     d = a.dir
     machine = load(d, "machine") or {}
     names = ["synth", "selftest", "bench-kernels", "bench-wgpu", "llama-bench", "llama-mtmd", "calibrate",
-             "first-answer"]
+             "first-answer", "bench-one-submit"]
     steps = {n: load(d, n) for n in names}
     status = {}
     for n, s in steps.items():
@@ -96,6 +96,18 @@ def main():
     if llama["image_encode_ms"] and rr.get("image_encode_ms"):
         ratios["image_encode"] = llama["image_encode_ms"] / rr["image_encode_ms"]
 
+    # Step 9: the same decode with every launch of a token in one submission (issue #19).
+    one = (result("bench-one-submit") or {}).get("results") or {}
+    one_submit = {
+        "tasks_per_submit": one.get("tasks_per_submit"),
+        "submits_per_token": one.get("submits_per_token"),
+        "decode_tokens_per_s": one.get("decode_tokens_per_s"),
+        "default_decode_tokens_per_s": rr.get("decode_tokens_per_s"),
+        "default_submits_per_token": rr.get("submits_per_token"),
+        "speedup": one["decode_tokens_per_s"] / rr["decode_tokens_per_s"]
+        if one.get("decode_tokens_per_s") and rr.get("decode_tokens_per_s") else None,
+    }
+
     cal = result("calibrate") or {}
     projections = cal.get("projections") or []
     first = steps.get("first-answer") or {}
@@ -126,6 +138,7 @@ def main():
         "llama_cpp": llama,
         "calibrate": cal,
         "first_answer_wall_s": first_s,
+        "one_submission_per_token": one_submit,
     }
     json.dump(out, sys.stdout, indent=1)
     print()
