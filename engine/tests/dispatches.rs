@@ -3,7 +3,8 @@
 //! their forms turned off (composed burn ops, blocked attention), for the tiny MedGemma-shaped
 //! model (head width 32: the fused attention kernel either way) and Gemma 3 270M (head width
 //! 256, as MedGemma 4B's decoder) on lavapipe.
-//! One test in this binary: the observer is process-wide.
+//! The same test checks what loading Gemma 3 270M adds to the device pool. One test in this
+//! binary: the observer and the pool are process-wide.
 
 mod common;
 
@@ -159,7 +160,17 @@ fn fused_kernels_cut_the_dispatches_of_a_decoded_token() {
     let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     let golden = common::golden_json_gz("tiny_tiny-q8_0.json.gz");
     let tiny = load(common::tiny_pair(&golden).0, &dev);
+    let reserved = || dev.memory_pool_usage().unwrap().bytes_reserved;
+    let before = reserved();
     let g270m = load(common::gemma270m(), &dev);
+    // The device pool grows by about the weights: the 262k-row head streams in 32 MiB chunks
+    // into 128 MiB buffers written in place. Measured 1.09× the weight bytes after the tiny pair's
+    // load (lavapipe, 2026-11-24); 1.64× while each chunk's write copied its buffer.
+    let (grew, weights) = (reserved() - before, g270m.decoder.weight_bytes_per_token());
+    assert!(
+        grew as f64 <= 1.2 * weights as f64,
+        "Gemma 3 270M reserves {grew} device bytes for {weights} of weights"
+    );
     for (label, model, saved) in [("tiny-q8_0", &tiny, 60), ("gemma-3-270m", &g270m, 70)] {
         let (fused, composed) = both(label, model);
         for (i, (f, c)) in fused.per_layer.iter().zip(&composed.per_layer).enumerate() {
