@@ -196,13 +196,30 @@ impl Attention {
         c: &TextConfig,
     ) -> Result<Attention, ModelError> {
         let (h, q_dim, kv_dim) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let q = l.qmatrix(&b.weight(blk::ATTN_Q), q_dim, h).await?;
-        let k = l.qmatrix(&b.weight(blk::ATTN_K), kv_dim, h).await?;
-        let v = l.qmatrix(&b.weight(blk::ATTN_V), kv_dim, h).await?;
+        let (q, k, v) = (
+            b.weight(blk::ATTN_Q),
+            b.weight(blk::ATTN_K),
+            b.weight(blk::ATTN_V),
+        );
+        let qkv = match l
+            .qmatrix_joined(&[(&q, q_dim), (&k, kv_dim), (&v, kv_dim)], h)
+            .await?
+        {
+            Some(qkv) => Projections::Qkv(qkv),
+            None => match l.qmatrix_joined(&[(&q, q_dim), (&k, kv_dim)], h).await? {
+                Some(qk) => Projections::Qk(qk, l.qmatrix(&v, kv_dim, h).await?),
+                // The CPU, or types or sizes that do not join on a GPU either.
+                None => Projections::new(
+                    l.qmatrix(&q, q_dim, h).await?,
+                    l.qmatrix(&k, kv_dim, h).await?,
+                    l.qmatrix(&v, kv_dim, h).await?,
+                ),
+            },
+        };
         let attn_q_norm = l.vector(&b.weight(blk::ATTN_Q_NORM), c.head_dim).await?;
         let attn_k_norm = l.vector(&b.weight(blk::ATTN_K_NORM), c.head_dim).await?;
         Ok(Attention {
-            qkv: Projections::new(q, k, v),
+            qkv,
             qk_norms: Tensor::cat(vec![attn_q_norm.clone(), attn_k_norm.clone()], 0),
             attn_q_norm,
             attn_k_norm,
@@ -273,11 +290,20 @@ impl Mlp {
         b: &Block,
         c: &TextConfig,
     ) -> Result<Mlp, ModelError> {
-        let gate = l.qmatrix(&b.weight(blk::FFN_GATE), c.ffn, c.hidden).await?;
-        let up = l.qmatrix(&b.weight(blk::FFN_UP), c.ffn, c.hidden).await?;
-        let gate_up = match QMatrix::join(gate, up) {
-            Ok(joined) => GateUp::Joined(joined),
-            Err((gate, up)) => GateUp::Apart { gate, up },
+        let (gate, up) = (b.weight(blk::FFN_GATE), b.weight(blk::FFN_UP));
+        let joined = l
+            .qmatrix_joined(&[(&gate, c.ffn), (&up, c.ffn)], c.hidden)
+            .await?;
+        let gate_up = match joined {
+            Some(joined) => GateUp::Joined(joined),
+            None => {
+                let gate = l.qmatrix(&gate, c.ffn, c.hidden).await?;
+                let up = l.qmatrix(&up, c.ffn, c.hidden).await?;
+                match QMatrix::join(gate, up) {
+                    Ok(joined) => GateUp::Joined(joined),
+                    Err((gate, up)) => GateUp::Apart { gate, up },
+                }
+            }
         };
         Ok(Mlp {
             gate_up,

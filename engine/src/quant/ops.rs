@@ -1026,7 +1026,8 @@ impl QMatrix {
 
     /// `a`'s rows then `b`'s as one matrix in one device buffer, so that one dispatch multiplies
     /// both (a layer's FFN gate and up); both handed back unless each is one buffer of the same
-    /// type and width and the two fit in [`MAX_CHUNK_BYTES`]. A device copy at load.
+    /// type and width and the two fit in [`MAX_CHUNK_BYTES`]. A copy: the CPU's loader joins
+    /// this way; a GPU's streams the parts into one buffer (`Loader::qmatrix_joined`).
     #[allow(clippy::result_large_err)]
     pub fn join(a: QMatrix, b: QMatrix) -> Result<QMatrix, (QMatrix, QMatrix)> {
         let fits = (a.rows + b.rows) * row_words(a.ty, a.cols) * 4 <= MAX_CHUNK_BYTES;
