@@ -46,8 +46,12 @@ function twoOfOneStudy() {
 }
 
 // Peak resident memory of Chromium's renderer and GPU processes, from /proc.
+// `phase` names the part of the run a sample falls in (import, hash, load, ask): each phase's
+// peak is kept too, because the import's and the load's peaks are different questions.
 function rssSampler() {
   const peak = { renderer: 0, gpu: 0 };
+  const phases = {};
+  let phase = 'start';
   const sample = () => {
     const now = { renderer: 0, gpu: 0 };
     for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
@@ -60,10 +64,14 @@ function rssSampler() {
         now[kind] += kb * 1024;
       } catch { /* the process ended */ }
     }
-    for (const k of Object.keys(peak)) peak[k] = Math.max(peak[k], now[k]);
+    phases[phase] ??= { renderer: 0, gpu: 0 };
+    for (const k of Object.keys(peak)) {
+      peak[k] = Math.max(peak[k], now[k]);
+      phases[phase][k] = Math.max(phases[phase][k], now[k]);
+    }
   };
   const timer = setInterval(sample, 250);
-  return { peak, stop: () => clearInterval(timer) };
+  return { peak, phases, phase: (name) => { phase = name; }, stop: () => clearInterval(timer) };
 }
 
 async function ask(page, qid) {
@@ -115,6 +123,7 @@ try {
   await page.getByTestId('model-text-input').setInputFiles(a.model);
   await page.getByTestId('model-mmproj-input').setInputFiles(a.mmproj);
   const t0 = Date.now();
+  rss.phase('import');
   await page.getByTestId('model-import').click();
   // The progress label says which phase runs: copying, hashing (SHA-256), then loading.
   let copied = null;
@@ -122,13 +131,14 @@ try {
   const progress = page.getByTestId('progress');
   while (!(await page.getByTestId('model-card').count())) {
     const label = (await progress.count()) ? await progress.first().textContent().catch(() => '') : '';
-    if (copied === null && label.includes('SHA-256')) copied = Date.now();
-    if (hashed === null && label.includes('Loading weights')) hashed = Date.now();
+    if (copied === null && label.includes('SHA-256')) { copied = Date.now(); rss.phase('hash'); }
+    if (hashed === null && label.includes('Loading weights')) { hashed = Date.now(); rss.phase('load'); }
     if (Date.now() - t0 > LONG) throw new Error('the model did not load in time');
     if (await page.getByTestId('app-error').count()) throw new Error(await page.getByTestId('app-error').textContent());
     await page.waitForTimeout(250);
   }
   const loaded = Date.now();
+  rss.phase('after load');
   copied ??= hashed ?? loaded;
   result.import_s = (copied - t0) / 1000;
   result.import_mb_per_s = bytes / 1e6 / result.import_s;
@@ -160,6 +170,7 @@ try {
   rss.stop();
   result.renderer_rss_peak_bytes = rss.peak.renderer;
   result.gpu_process_rss_peak_bytes = rss.peak.gpu;
+  result.rss_peak_bytes_by_phase = rss.phases;
   await context.close();
   await server.close();
 }

@@ -3,7 +3,7 @@
 //! their forms turned off (composed burn ops, blocked attention), for the tiny MedGemma-shaped
 //! model (head width 32: the fused attention kernel either way) and Gemma 3 270M (head width
 //! 256, as MedGemma 4B's decoder) on lavapipe.
-//! The same test checks what loading Gemma 3 270M adds to the device pool. One test in this
+//! The same test checks what loading Gemma 3 270M launches and adds to the device pool. One test in this
 //! binary: the observer and the pool are process-wide.
 
 mod common;
@@ -162,7 +162,26 @@ fn fused_kernels_cut_the_dispatches_of_a_decoded_token() {
     let tiny = load(common::tiny_pair(&golden).0, &dev);
     let reserved = || dev.memory_pool_usage().unwrap().bytes_reserved;
     let before = reserved();
+    let loading = Arc::new(Launches::default());
+    let watching = LaunchObservation::new(loading.clone());
     let g270m = load(common::gemma270m(), &dev);
+    drop(watching);
+    // Chunks are queue writes into their buffers: the load launches no kernel but the join of
+    // each layer's q and k norms (two copies). Copying each chunk in from an upload buffer took
+    // 123 launches, and in the browser the freed upload buffers' pages kept the 4B pair's pool
+    // 0.31 GB above its weights.
+    let mut kernels: BTreeMap<String, usize> = BTreeMap::new();
+    for k in loading.0.lock().unwrap().iter() {
+        *kernels.entry(short(k)).or_default() += 1;
+    }
+    assert_eq!(
+        kernels,
+        BTreeMap::from([(
+            "SliceAssignKernel".to_string(),
+            2 * g270m.decoder.cfg.layers
+        )]),
+        "kernels launched while loading Gemma 3 270M"
+    );
     // The device pool grows by about the weights: the 262k-row head streams in 32 MiB chunks
     // into 128 MiB buffers written in place. Measured 1.09× the weight bytes after the tiny pair's
     // load (lavapipe, 2026-11-24); 1.64× while each chunk's write copied its buffer.

@@ -218,6 +218,7 @@ impl<'a, S: RangeSource> Loader<'a, S> {
             self.device
                 .flush()
                 .map_err(|e| ModelError::Device(format!("{e:?}")))?;
+            crate::device::submit_writes(&self.device);
             row += n;
         }
         Ok(())

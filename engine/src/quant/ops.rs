@@ -319,6 +319,11 @@ pub trait QuantOps: burn::backend::Backend {
         half: u32,
     ) -> FloatTensor<Self>;
 
+    /// Writes `words` into the u32 buffer `w` from word `at` on, in place, and returns `w` (a
+    /// GPU loader filling a group buffer chunk by chunk; the CPU loader keeps a buffer a chunk).
+    /// A queue write: no upload buffer, no copy kernel.
+    fn write_words(w: IntTensor<Self>, at: usize, words: Vec<u32>) -> IntTensor<Self>;
+
     /// [`QuantOps::qgather`] for a later chunk of a split matrix: writes the rows of the ids
     /// this chunk holds into `out` (the first chunk's gather, `[ids.len(), k]`) and leaves the
     /// rest (GPU backends; the CPU adds the chunks' gathers).
@@ -498,6 +503,10 @@ impl QuantOps for Flex {
     ) -> FloatTensor<Self> {
         unreachable!("the CPU adds the chunks' gathers (QMatrix::gather_with checks the device)")
     }
+
+    fn write_words(_w: IntTensor<Self>, _at: usize, _words: Vec<u32>) -> IntTensor<Self> {
+        unreachable!("the CPU loader keeps a buffer a chunk (Loader::qmatrix_with_dims)")
+    }
 }
 
 /// Launches a kernel specialised for the weight type (the type is a compile-time parameter).
@@ -647,6 +656,15 @@ impl QuantOps for CubeBackend {
         half: u32,
     ) -> CubeTensor {
         launch_qgather(ids, w, out, ty_id, k, row0, rows, half, true)
+    }
+
+    fn write_words(w: CubeTensor, at: usize, words: Vec<u32>) -> CubeTensor {
+        let (start, len) = (at as u64 * 4, words.len() as u64 * 4);
+        let rest = w.handle.size_in_used().checked_sub(start + len);
+        let rest = rest.expect("the words fit the buffer (QMatrix::push_chunk_grouped sizes it)");
+        let at = w.handle.clone().offset_start(start).offset_end(rest);
+        w.client.write(&at, cubecl::bytes::Bytes::from_elems(words));
+        w
     }
 }
 
@@ -969,9 +987,9 @@ impl QMatrix {
     /// [`QMatrix::push_chunk`] into device buffers of `group_rows` rows (the last one shorter),
     /// filled chunk by chunk in place, so that a matrix streamed in small chunks is multiplied
     /// and looked up in few dispatches, and no row is ever held twice on the device.
-    /// `group_rows` must be a multiple of every `n_rows` pushed but the last.
-    // burn's slices take one range per dimension: a 1-D tensor's is an array of one.
-    #[allow(clippy::single_range_in_vec_init)]
+    /// `group_rows` must be a multiple of every `n_rows` pushed but the last. Each chunk is a
+    /// queue write at its offset: an upload buffer per chunk copied by a kernel left its freed
+    /// buffers reserved in the browser's pool, and a copy whenever the buffer had a second handle.
     pub fn push_chunk_grouped(
         &mut self,
         bytes: &[u8],
@@ -982,15 +1000,17 @@ impl QMatrix {
         let wpr = row_words(self.ty, self.cols);
         let open = |c: &Chunk| c.rows < c.words.dims()[0] / wpr.max(1);
         let row0 = self.chunks.last().map_or(0, |c| c.row0 + c.rows);
-        let words = u32_tensor(pack_rows(self.ty, bytes, n_rows, self.cols)?, device);
+        let words = pack_rows(self.ty, bytes, n_rows, self.cols)?;
+        let write = |w: Tensor<1, Int>, at: usize, words: Vec<u32>| {
+            Tensor::<1, Int>::from_dispatch(<Dispatch as QuantOps>::write_words(
+                w.into_dispatch(),
+                at,
+                words,
+            ))
+        };
         match self.chunks.pop() {
-            // Moved out, not cloned: a second handle to the buffer would make slice_assign
-            // copy it (burn-cubecl writes in place only into a buffer nobody else holds), and
-            // the copies' freed buffers stay reserved in CubeCL's pool (Gemma 3 270M on
-            // lavapipe: 411 MB after load for 247 MB of weights, 277 MB before grouping).
             Some(mut c) if open(&c) => {
-                let at = c.rows * wpr;
-                c.words = c.words.slice_assign([at..at + n_rows * wpr], words);
+                c.words = write(c.words, c.rows * wpr, words);
                 c.rows += n_rows;
                 self.chunks.push(c);
             }
@@ -998,10 +1018,13 @@ impl QMatrix {
                 self.chunks.extend(last);
                 let cap = group_rows.min(self.rows - row0).max(n_rows);
                 let words = if cap == n_rows {
-                    words
+                    u32_tensor(words, device)
                 } else {
-                    Tensor::<1, Int>::empty([cap * wpr], (device, DType::U32))
-                        .slice_assign([0..n_rows * wpr], words)
+                    write(
+                        Tensor::<1, Int>::empty([cap * wpr], (device, DType::U32)),
+                        0,
+                        words,
+                    )
                 };
                 self.chunks.push(Chunk {
                     row0,
