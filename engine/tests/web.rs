@@ -373,6 +373,43 @@ mod model_in_browser {
         ));
     }
 
+    /// A matrix larger than a chunk (a real model's head, the 4B's FFNs) streams into group
+    /// buffers by queue writes at offsets: the tiny decoder loaded in 64 KiB chunks (its 17 MB
+    /// embedding and head in 270 writes) gives the same logits, bit for bit, as loaded a matrix
+    /// a chunk.
+    #[wasm_bindgen_test]
+    async fn weights_written_chunk_by_chunk_give_the_same_logits_on_webgpu() {
+        let text = SliceSource(gunzip(TEXT));
+        let gpu = device::wgpu_async().await.expect("WebGPU adapter");
+        let mut loads = Vec::new();
+        for chunk_bytes in [LoadOptions::default().chunk_bytes, 64 << 10] {
+            let opts = LoadOptions { chunk_bytes };
+            let mut reads = 0;
+            let m = Model::load(
+                &text,
+                None::<&SliceSource<Vec<u8>>>,
+                &gpu,
+                &opts,
+                &mut |_| reads += 1,
+            )
+            .await
+            .unwrap();
+            let d = &m.decoder;
+            let mut cache = d.new_cache();
+            let h = d.forward(&[2, 17, 5, 9], &[], &mut cache).unwrap();
+            loads.push((reads, read_f32(d.logits(h)).await.unwrap()));
+        }
+        let (whole, chunked) = (&loads[0], &loads[1]);
+        // Each read is a chunk: the embedding alone is 270 chunks of 64 KiB.
+        assert!(
+            chunked.0 >= whole.0 + 269,
+            "reads: {} vs {}",
+            chunked.0,
+            whole.0
+        );
+        assert!(whole.1 == chunked.1, "logits differ between the two loads");
+    }
+
     struct Now;
 
     impl rexvqa_engine::eval::Clock for Now {
