@@ -81,7 +81,9 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 /// Max |Δ| of logits and image features against the golden file, within `tol` and `feat_tol`.
-fn compare(case: &Case, tol: f32, feat_tol: f32) -> (f32, f32) {
+/// `image0` is [`reference_image`]'s features (encoded once per model: an 896-px encode takes
+/// ~6.5 s on lavapipe).
+fn compare(case: &Case, image0: &Tensor<2>, tol: f32, feat_tol: f32) -> (f32, f32) {
     let m = &case.model;
     let root = common::repo_root();
     let pngs: Vec<Vec<u8>> = (0..2)
@@ -93,7 +95,7 @@ fn compare(case: &Case, tol: f32, feat_tol: f32) -> (f32, f32) {
         .iter()
         .map(|p| m.preprocess_file(p, Policy::Scale).unwrap())
         .collect();
-    let feats: Vec<_> = pixels.iter().map(|p| m.encode_image(p).unwrap()).collect();
+    let feats = [image0.clone(), m.encode_image(&pixels[1]).unwrap()];
     let subset = ids(&case.golden["subset_ids"]);
     let (mut max_logit, mut max_feat) = (0f32, 0f32);
     for (name, g) in case.golden["prompts"].as_object().unwrap() {
@@ -222,6 +224,7 @@ fn prefixed(label: &str, errors: Vec<StageError>) -> impl Iterator<Item = StageE
 }
 
 /// The features of the reference X-ray the golden files use.
+/// Features of the first reference image (`tiny_ref_0.png`), which compare, greedy and batched use.
 fn reference_image(m: &Model) -> Tensor<2> {
     let png =
         std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
@@ -231,25 +234,22 @@ fn reference_image(m: &Model) -> Tensor<2> {
 
 /// Greedy decoding through the KV cache: the same tokens as transformers' `generate`, and at
 /// every step the same top-5 logits.
-fn greedy(case: &Case, tol: f32) {
+fn greedy(case: &Case, f: &Tensor<2>, tol: f32) {
     let m = &case.model;
-    let f = reference_image(m);
     let (text, _) = rendered("official_one_image");
     let input = m.tokenize_rendered(&text, 1).unwrap();
     let g = &case.golden["greedy_official"];
     let want = ids(&g["ids"]);
     let mut s = Session::new(m);
-    let got = pollster::block_on(s.generate(
-        &input,
-        std::slice::from_ref(&f),
-        want.len(),
-        &mut |_, _| {},
-    ))
-    .unwrap();
+    let got =
+        pollster::block_on(s.generate(&input, std::slice::from_ref(f), want.len(), &mut |_, _| {}))
+            .unwrap();
     assert_eq!(got, want, "greedy continuation differs");
     let hidden = m.decoder.cfg.hidden;
     let mut cache = m.decoder.new_cache();
-    let mut h = m.prefill(&input, &[f], &mut cache).unwrap();
+    let mut h = m
+        .prefill(&input, std::slice::from_ref(f), &mut cache)
+        .unwrap();
     let mut worst = 0f32;
     for (step, top) in g["top5_per_step"].as_array().unwrap().iter().enumerate() {
         let t = h.dims()[0];
@@ -270,9 +270,8 @@ fn greedy(case: &Case, tol: f32) {
 
 /// A study's questions scored together (shared prefix once, the rest as branches of one pass)
 /// get the scores each gets alone: the batching changes only the order of summation.
-fn batched(case: &Case, tol: f32) {
+fn batched(case: &Case, f: &Tensor<2>, tol: f32) {
     let m = &case.model;
-    let f = reference_image(m);
     let opts = [
         "A. Yes",
         "B. No",
@@ -305,7 +304,7 @@ fn batched(case: &Case, tol: f32) {
         )
     })
     .collect();
-    let images = std::slice::from_ref(&f);
+    let images = std::slice::from_ref(f);
     let mut s = Session::new(m);
     let got = pollster::block_on(s.score_many(&prompts, images)).unwrap();
     // The branched path ran: the shared prefix computed once, then every remainder (each with
@@ -574,22 +573,24 @@ const BATCH_TOL: f32 = 1e-5;
 #[test]
 fn tiny_f32_on_cpu_matches_transformers() {
     let c = load("tiny-f32", &device::cpu());
-    compare(&c, LOGIT_TOL, FEATURE_TOL);
-    greedy(&c, LOGIT_TOL);
+    let f = reference_image(&c.model);
+    compare(&c, &f, LOGIT_TOL, FEATURE_TOL);
+    greedy(&c, &f, LOGIT_TOL);
     layers::assert_within("tiny-f32 per layer", &per_layer(&c, "tiny-f32"), LAYER_TOL);
 }
 
 #[test]
 fn tiny_q8_0_on_cpu_matches_transformers_on_the_dequantised_weights() {
     let c = load("tiny-q8_0", &device::cpu());
-    compare(&c, LOGIT_TOL, FEATURE_TOL);
-    greedy(&c, LOGIT_TOL);
+    let f = reference_image(&c.model);
+    compare(&c, &f, LOGIT_TOL, FEATURE_TOL);
+    greedy(&c, &f, LOGIT_TOL);
     layers::assert_within(
         "tiny-q8_0 per layer",
         &per_layer(&c, "tiny-q8_0"),
         LAYER_TOL,
     );
-    batched(&c, BATCH_TOL);
+    batched(&c, &f, BATCH_TOL);
     study_cache_carries_over(&c);
     run_stops_and_resumes(&c);
 }
@@ -597,14 +598,15 @@ fn tiny_q8_0_on_cpu_matches_transformers_on_the_dequantised_weights() {
 #[test]
 fn tinyk_q4_k_m_on_cpu_matches_transformers_on_the_dequantised_weights() {
     let c = load("tinyk-q4_k_m", &device::cpu());
-    compare(&c, LOGIT_TOL_K, FEATURE_TOL);
-    greedy(&c, LOGIT_TOL_K);
+    let f = reference_image(&c.model);
+    compare(&c, &f, LOGIT_TOL_K, FEATURE_TOL);
+    greedy(&c, &f, LOGIT_TOL_K);
     layers::assert_within(
         "tinyk-q4_k_m per layer",
         &per_layer(&c, "tinyk-q4_k_m"),
         LAYER_TOL,
     );
-    batched(&c, BATCH_TOL);
+    batched(&c, &f, BATCH_TOL);
 }
 
 #[test]
@@ -616,9 +618,10 @@ fn tiny_models_on_wgpu_match_transformers() {
         ("tinyk-q4_k_m", LOGIT_TOL_K),
     ] {
         let c = load(tag, &dev);
-        compare(&c, tol, FEATURE_TOL);
-        greedy(&c, tol);
-        batched(&c, BATCH_TOL);
+        let f = reference_image(&c.model);
+        compare(&c, &f, tol, FEATURE_TOL);
+        greedy(&c, &f, tol);
+        batched(&c, &f, BATCH_TOL);
         // Slow on lavapipe: one model suffices for the evaluation path over `score_many` and
         // for the GPU kernels stage by stage.
         if tag == "tiny-q8_0" {
