@@ -146,6 +146,9 @@ try {
   result.runs_on = (await page.getByTestId('model-compute').textContent()).trim();
   const card = await page.getByTestId('model-card').textContent();
   result.load_s = Number(card.match(/Load time([\d.]+) s/)?.[1]);
+  // The device self-test's verdict (it runs before the weights load on WebGPU; its time is in it).
+  const selftest = page.getByTestId('model-selftest');
+  if (await selftest.count()) result.selftest = (await selftest.textContent()).trim();
   console.log(`imported at ${result.import_mb_per_s.toFixed(0)} MB/s, loaded in ${result.load_s} s on ${result.runs_on}`);
 
   if (!a['load-only']) {
