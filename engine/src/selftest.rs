@@ -17,8 +17,11 @@
 //! release CLI, every supported type (48 checks) 2.0 s with Mesa's shader cache warm, 11 s
 //! without it (tiled matmul 0.65 s per type, the tiny forward 3.3 s); SwiftShader in headless
 //! Chromium, debug wasm, a Q4_K_M MedGemma's plan (17 checks) 36 s on a page's first run and
-//! 5.6–8 s when run again in the same worker. Not measured yet: how much of the model's own
-//! first-use compilation this saves later (the kernels are the same, the shapes differ).
+//! 5.6–8 s when run again in the same worker; release wasm, the synthetic 4B pair's plan (35
+//! checks) 14.6 s in a fresh profile (`bench/browser-fullsize.mjs`, 2026-11-24). Over the 3 s
+//! budget wherever shaders compile cold; the verdict is kept per adapter and browser, so a
+//! browser pays it once. Not measured yet: how much of the model's own first-use compilation
+//! this saves later (the kernels are the same, the shapes differ).
 
 pub mod attention;
 pub mod rows;
