@@ -23,6 +23,8 @@ test('bench/browser-fullsize.mjs measures the tiny pair and agrees with the CLI'
       assert.ok(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
     }
     assert.match(r.runs_on, /^WebGPU/);
+    assert.match(r.selftest, /^Self-test: \d+ checks passed in [\d.]+ s/);
+    assert.ok(r.rss_peak_bytes_by_phase.load.renderer > 0, JSON.stringify(r.rss_peak_bytes_by_phase));
     assert.deepEqual(r.console_errors, []);
     // Both backends of the CLI give the browser's letters; probabilities agree to the 0.1 % the
     // page shows (rounding: at most 5e-4).
