@@ -3,8 +3,8 @@
 //! their forms turned off (composed burn ops, blocked attention), for the tiny MedGemma-shaped
 //! model (head width 32: the fused attention kernel either way) and Gemma 3 270M (head width
 //! 256, as MedGemma 4B's decoder) on lavapipe.
-//! The same test checks what loading Gemma 3 270M launches and adds to the device pool. One test in this
-//! binary: the observer and the pool are process-wide.
+//! The same test checks what loading Gemma 3 270M launches and adds to the device pool. One
+//! test in this binary: the observer and the pool are process-wide.
 
 mod common;
 

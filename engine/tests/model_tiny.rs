@@ -223,8 +223,8 @@ fn prefixed(label: &str, errors: Vec<StageError>) -> impl Iterator<Item = StageE
     })
 }
 
-/// The features of the reference X-ray the golden files use.
-/// Features of the first reference image (`tiny_ref_0.png`), which compare, greedy and batched use.
+/// The features of the reference X-ray the golden files use (`tiny_ref_0.png`): encoded once per
+/// model and shared by compare, greedy and batched.
 fn reference_image(m: &Model) -> Tensor<2> {
     let png =
         std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
