@@ -4,6 +4,9 @@
 //! listeners and downloads) has no OPFS or synchronous-access-handle bindings, and its file
 //! readers read whole blobs, where the model loads need ranges: hence the glue here.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use js_sys::{Object, Promise, Reflect, Uint8Array};
 use rexvqa_engine::gguf::{RangeSource, SourceError, check_range};
 use wasm_bindgen::{JsCast, JsValue};
@@ -127,6 +130,35 @@ impl RangeSource for OpfsSource {
     async fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>, SourceError> {
         check_range(offset, len, self.size)?;
         self.file.read_at(offset, len).map_err(SourceError::Other)
+    }
+}
+
+/// A source that lets the worker's event loop run before each read while `busy` is set. OPFS
+/// reads are synchronous, so a load or hash never yields on its own; the device self-test that
+/// runs beside it needs the event loop to receive its readbacks (WebGPU `mapAsync` resolves in
+/// a task, not a microtask, hence [`next_task`] and not a woken future).
+pub struct Yielding<'a, S> {
+    inner: &'a S,
+    busy: Rc<Cell<bool>>,
+}
+
+impl<'a, S> Yielding<'a, S> {
+    /// `inner`, yielding while `busy` holds true.
+    pub fn new(inner: &'a S, busy: Rc<Cell<bool>>) -> Self {
+        Yielding { inner, busy }
+    }
+}
+
+impl<S: RangeSource> RangeSource for Yielding<'_, S> {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    async fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>, SourceError> {
+        if self.busy.get() {
+            next_task().await;
+        }
+        self.inner.read_range(offset, len).await
     }
 }
 
@@ -332,6 +364,21 @@ pub fn now_ms() -> f64 {
 /// Resolves after `ms` milliseconds (lets the worker's event loop run).
 pub async fn sleep(ms: u32) {
     gloo_timers::future::TimeoutFuture::new(ms).await;
+}
+
+/// Resolves in a later task of the worker's event loop, after the tasks already queued (WebGPU
+/// readbacks among them). A message the worker sends itself: a 0 ms timer would do the same but
+/// is clamped to 4 ms once timers nest, ~5 s over the 4B pair's ~1,300 reads.
+pub async fn next_task() {
+    let Ok(ch) = web_sys::MessageChannel::new() else {
+        return sleep(0).await;
+    };
+    let done = Promise::new(&mut |resolve, _| ch.port1().set_onmessage(Some(&resolve)));
+    if ch.port2().post_message(&JsValue::NULL).is_err() {
+        return sleep(0).await;
+    }
+    // `ch` lives until the message arrives.
+    let _ = JsFuture::from(done).await;
 }
 
 /// Several blobs read one after another as one synchronous stream (`FileReaderSync`, worker

@@ -18,10 +18,14 @@
 //! without it (tiled matmul 0.65 s per type, the tiny forward 3.3 s); SwiftShader in headless
 //! Chromium, debug wasm, a Q4_K_M MedGemma's plan (17 checks) 36 s on a page's first run and
 //! 5.6–8 s when run again in the same worker; release wasm, the synthetic 4B pair's plan (35
-//! checks) 14.6 s in a fresh profile (`bench/browser-fullsize.mjs`, 2026-11-24). Over the 3 s
-//! budget wherever shaders compile cold; the verdict is kept per adapter and browser, so a
-//! browser pays it once. Not measured yet: how much of the model's own first-use compilation
-//! this saves later (the kernels are the same, the shapes differ).
+//! checks) 12–15 s in a fresh profile (`bench/browser-fullsize.mjs`). Over the 3 s budget
+//! wherever shaders compile cold, so the app runs it beside the weights' hash and load, once
+//! per adapter and browser (the verdict is kept): there it added 3.1 and 4.2 s to the 4B
+//! pair's first load, where run first it added 12–13 s (2026-11-25,
+//! `bench/results/ci-vm-2core-selftest-beside-load.json`). Part of its time comes back later:
+//! on lavapipe with Mesa's cache off, `rexvqa bench --selftest` on the tiny pair took 6.7 s
+//! longer than without, for a self-test of 11.2 s (the kernels are the model's, at other
+//! shapes).
 
 pub mod attention;
 pub mod rows;

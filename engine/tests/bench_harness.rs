@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::path::PathBuf;
+
 use rexvqa_engine::bench::{BenchOptions, count_passes, count_passes_now, run};
 use rexvqa_engine::device;
 use rexvqa_engine::eval::Clock;
@@ -135,26 +137,30 @@ fn the_kernel_survey_times_every_type_and_variant() {
     assert!(t.iter().all(|t| t.ms.is_finite() && t.ms > 0.0));
 }
 
-/// `rexvqa bench --load-only` reports the load and, on a GPU device, the device memory the
-/// weights took, without running the model; `rexvqa bench-kernels` refuses a shape whose rows
-/// are not whole blocks with a message naming the flags.
-#[test]
-fn the_cli_reports_load_only_and_checks_survey_shapes() {
+/// `rexvqa bench ARGS` on the tiny pair: its JSON, and the pair's text and mmproj paths.
+fn bench_tiny_pair(args: &[&str]) -> (serde_json::Value, PathBuf, PathBuf) {
     let golden = common::golden_json_gz("tiny_tiny-q8_0.json.gz");
     let (text, mmproj) = common::tiny_pair(&golden);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rexvqa"))
-        .args(["bench", "--load-only", "--backend", "wgpu", "--model"])
+        .arg("bench")
+        .args(args)
+        .arg("--model")
         .arg(&text)
         .arg("--mmproj")
         .arg(&mmproj)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rexvqa bench {args:?}: {stderr}");
+    (serde_json::from_slice(&out.stdout).unwrap(), text, mmproj)
+}
+
+/// `rexvqa bench --load-only` reports the load and, on a GPU device, the device memory the
+/// weights took, without running the model; `rexvqa bench-kernels` refuses a shape whose rows
+/// are not whole blocks with a message naming the flags.
+#[test]
+fn the_cli_reports_load_only_and_checks_survey_shapes() {
+    let (r, text, mmproj) = bench_tiny_pair(&["--load-only", "--backend", "wgpu"]);
     assert!(r["load_s"].as_f64().unwrap() > 0.0);
     let weights =
         (std::fs::metadata(&text).unwrap().len() + std::fs::metadata(&mmproj).unwrap().len()) / 2;
@@ -171,6 +177,20 @@ fn the_cli_reports_load_only_and_checks_survey_shapes() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--cols 100"));
+}
+
+/// `rexvqa bench --selftest` runs the self-test for the pair's plan before the load, as the app
+/// does on a first load, and reports its time and verdict beside the figures.
+#[test]
+fn the_cli_bench_runs_the_selftest_first_when_asked() {
+    let (r, _, _) = bench_tiny_pair(&["--load-only", "--selftest", "--backend", "cpu"]);
+    assert!(r["selftest_s"].as_f64().unwrap() > 0.0, "{r}");
+    let verdict = r["selftest"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("Self-test: ") && verdict.ends_with("on the CPU"),
+        "{verdict}"
+    );
+    assert!(r["load_s"].as_f64().unwrap() > 0.0);
 }
 
 /// The dispatch counts come from a dry run (launches compiled and counted, not executed), which

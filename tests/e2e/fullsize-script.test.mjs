@@ -23,7 +23,13 @@ test('bench/browser-fullsize.mjs measures the tiny pair and agrees with the CLI'
       assert.ok(Number.isFinite(r[k]) && r[k] > 0, `${k} = ${r[k]}`);
     }
     assert.match(r.runs_on, /^WebGPU/);
-    assert.match(r.selftest, /^Self-test: \d+ checks passed in [\d.]+ s/);
+    // A fresh profile: the self-test runs, beside the hash and the load, and the script reads
+    // each check's time from the verdict the worker keeps.
+    assert.match(r.selftest, /^Self-test: \d+ checks passed in [\d.]+ s on .* \(run while the weights loaded\)$/);
+    assert.equal(r.selftest_checks.length, 1, JSON.stringify(r.selftest_checks));
+    assert.ok(r.selftest_checks[0].ms['forward.tiny'] > 0, JSON.stringify(r.selftest_checks));
+    assert.ok(r.import_to_card_s >= r.load_s, `click to card ${r.import_to_card_s} s, load ${r.load_s} s`);
+    assert.ok(r.hash_to_card_s > 0, `hash to card ${r.hash_to_card_s} s`);
     assert.ok(r.rss_peak_bytes_by_phase.load.renderer > 0, JSON.stringify(r.rss_peak_bytes_by_phase));
     assert.deepEqual(r.console_errors, []);
     // Both backends of the CLI give the browser's letters; probabilities agree to the 0.1 % the

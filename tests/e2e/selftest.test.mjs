@@ -25,6 +25,8 @@ test('the self-test verdict is on the card, a broken form is caught and avoided,
   const clean = await selftestText(page, 'Self-test');
   mark(clean);
   assert.match(clean, /^Self-test: \d+ checks passed in \d+\.\d s on /);
+  // A fresh verdict: the test ran beside the weights' hash and load.
+  assert.match(clean, / \(run while the weights loaded\)$/);
   assert.match(await page.getByTestId('model-compute').textContent(), /^WebGPU/);
 
   // The naive matmul (the automatic choice for decoding on a software adapter) gives wrong results.

@@ -1,20 +1,17 @@
-//! The device self-test before a model loads on WebGPU: run once per adapter, browser and
-//! model plan, its verdict kept in browser storage (OPFS) and re-applied on later loads without
-//! running again. A form that failed is turned off for the automatic choices; a device that
+//! The device self-test of a model load on WebGPU: run once per adapter, browser and model
+//! plan (while the weights are hashed and loaded), its verdict kept in browser storage (OPFS)
+//! and re-applied on later loads without running again. A form that failed is turned off for the automatic choices; a device that
 //! cannot run the model at all sends the load to the CPU, with the reason on the model card.
 
 use std::collections::BTreeMap;
 
 use js_sys::Reflect;
 use rexvqa_engine::device::{self, Device};
-use rexvqa_engine::pair::PairHeaders;
 use rexvqa_engine::quant::forms;
 use rexvqa_engine::selftest::{self, Plan, Report};
 
-use super::reply::Replies;
 use super::state::PerfClock;
 use crate::io;
-use crate::protocol::Event;
 
 /// OPFS folder and file of the kept verdicts.
 const DIR: &str = "selftest";
@@ -35,7 +32,9 @@ impl Verdict {
         if self.cached {
             format!("{v} (verdict kept from an earlier run on this adapter and browser)")
         } else {
-            v
+            // A new run goes on while the weights are hashed and loaded: its time includes
+            // theirs.
+            format!("{v} (run while the weights loaded)")
         }
     }
 }
@@ -96,41 +95,38 @@ async fn keep(all: &BTreeMap<String, Report>) -> Result<(), String> {
         .map_err(|e| format!("keeping the self-test verdict: {}", String::from(e)))
 }
 
-/// The self-test verdict for `device` and the pair of `headers`: the kept one (its turned-off
-/// forms applied again) or a new run (kept for next time).
-pub async fn verdict(
-    out: Replies,
-    device: &Device,
-    headers: &PairHeaders,
-) -> Result<Verdict, String> {
-    let plan = Plan::from_headers(headers).map_err(|e| e.to_string())?;
+/// The verdict kept for `device` and the model's `plan`, its turned-off forms applied again;
+/// `None` where this adapter, browser and plan have none yet.
+pub async fn kept_verdict(device: &Device, plan: &Plan) -> Result<Option<Verdict>, String> {
+    let key = key(&adapter_name(device), plan);
+    let Some(report) = kept().await.remove(&key) else {
+        return Ok(None);
+    };
+    forms::reset();
+    forms::apply(&report.disabled);
+    Ok(Some(Verdict {
+        report,
+        cached: true,
+    }))
+}
+
+/// Runs the self-test on `device` for the model's `plan` (while the weights are hashed and
+/// loaded) and keeps its verdict for next time.
+pub async fn run(device: &Device, plan: &Plan) -> Verdict {
     let adapter = adapter_name(device);
-    let key = key(&adapter, &plan);
-    let mut all = kept().await;
-    if let Some(report) = all.get(&key) {
-        forms::reset();
-        forms::apply(&report.disabled);
-        return Ok(Verdict {
-            report: report.clone(),
-            cached: true,
-        });
-    }
-    out.post(Event::Loading {
-        done: 0,
-        total: 1,
-        tensor: "device self-test".into(),
-    });
-    let mut report = selftest::run(device, &plan, &PerfClock).await;
+    let key = key(&adapter, plan);
+    let mut report = selftest::run(device, plan, &PerfClock).await;
     if let Some(a) = report.adapter.as_mut() {
         a.name = adapter;
     }
+    let mut all = kept().await;
     all.insert(key, report.clone());
     // Not kept is not fatal: the test runs again next time.
     let _ = keep(&all).await;
-    Ok(Verdict {
+    Verdict {
         report,
         cached: false,
-    })
+    }
 }
 
 /// Debug builds: makes `form` (its snake-case name, e.g. `naive`) give wrong results and forgets

@@ -176,6 +176,11 @@ enum Command {
         /// compiled and counted, not executed), with the weight bytes a token reads.
         #[arg(long, conflicts_with = "load_only")]
         counts_only: bool,
+        /// Run the device self-test for the model's plan before loading it, as the browser app
+        /// does on a first load: `selftest_s` is its time, and the figures after it show how
+        /// much of the model's first-use shader compilation it already paid for.
+        #[arg(long)]
+        selftest: bool,
         /// Write the JSON here too.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -732,6 +737,7 @@ fn run(cli: Cli) -> Result<(), String> {
             kernel_rows,
             load_only,
             counts_only,
+            selftest,
             out,
         } => {
             let kernel_rows = kernel_rows
@@ -743,6 +749,21 @@ fn run(cli: Cli) -> Result<(), String> {
                         .map_err(|e| format!("--kernel-rows: {s:?} is not a row count ({e})"))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            let selftest = if selftest {
+                let plan = selftest_plan(Some(&m.model), m.mmproj.as_deref())?;
+                let dev = device::open(m.backend).map_err(|e| e.to_string())?;
+                let report = pollster::block_on(rexvqa_engine::selftest::run(
+                    &dev,
+                    &plan,
+                    &Wall(Instant::now()),
+                ));
+                Some(serde_json::json!({
+                    "selftest_s": report.elapsed_ms / 1000.0,
+                    "selftest": report.verdict(),
+                }))
+            } else {
+                None
+            };
             let t0 = Instant::now();
             let model = load_model(&m)?;
             let load_s = t0.elapsed().as_secs_f64();
@@ -797,8 +818,10 @@ fn run(cli: Cli) -> Result<(), String> {
                 "load_s": load_s,
                 "peak_rss_bytes": peak_rss(),
             });
-            if let (Some(all), serde_json::Value::Object(more)) = (json.as_object_mut(), figures) {
-                all.extend(more);
+            for more in [Some(figures), selftest].into_iter().flatten() {
+                if let (Some(all), serde_json::Value::Object(more)) = (json.as_object_mut(), more) {
+                    all.extend(more);
+                }
             }
             print_json(&json, out.as_deref())?;
         }
@@ -1166,6 +1189,27 @@ fn unpack(out: &Path, split: Option<&Path>, parts: &[PathBuf]) -> Result<(), Str
     Ok(())
 }
 
+/// The self-test's plan for a model pair (its weight types and head widths); without one,
+/// every supported type and MedGemma 4B's head widths.
+fn selftest_plan(
+    model: Option<&Path>,
+    mmproj: Option<&Path>,
+) -> Result<rexvqa_engine::selftest::Plan, String> {
+    use rexvqa_engine::selftest::Plan;
+    let header = |p: &Path| -> Result<Gguf, String> {
+        let mut src = FileSource::open(p).map_err(|e| err(p, e))?;
+        Gguf::read(&mut src).map_err(|e| err(p, e))
+    };
+    match model {
+        Some(m) => Plan::from_headers(&rexvqa_engine::pair::PairHeaders {
+            text: header(m)?,
+            mmproj: mmproj.map(header).transpose()?,
+        })
+        .map_err(|e| err(m, e)),
+        None => Ok(Plan::default()),
+    }
+}
+
 /// `rexvqa selftest`: runs the device self-test and prints its checks.
 fn selftest(
     backend: BackendKind,
@@ -1175,24 +1219,13 @@ fn selftest(
     inject_fault: Option<String>,
 ) -> Result<(), String> {
     use rexvqa_engine::quant::forms::{self, Form};
-    use rexvqa_engine::selftest::{self, Plan};
+    use rexvqa_engine::selftest;
     if let Some(name) = inject_fault {
         let form: Form = serde_json::from_value(serde_json::Value::String(name.clone()))
             .map_err(|_| format!("--inject-fault {name:?}: not a form name"))?;
         forms::inject_fault(form);
     }
-    let header = |p: &Path| -> Result<Gguf, String> {
-        let mut src = FileSource::open(p).map_err(|e| err(p, e))?;
-        Gguf::read(&mut src).map_err(|e| err(p, e))
-    };
-    let plan = match model {
-        Some(m) => Plan::from_headers(&rexvqa_engine::pair::PairHeaders {
-            text: header(m)?,
-            mmproj: mmproj.map(header).transpose()?,
-        })
-        .map_err(|e| err(m, e))?,
-        None => Plan::default(),
-    };
+    let plan = selftest_plan(model, mmproj)?;
     let dev = device::open(backend).map_err(|e| e.to_string())?;
     let report = pollster::block_on(selftest::run(&dev, &plan, &Wall(Instant::now())));
     if json {
