@@ -1,7 +1,8 @@
 //! The device self-test of a model load on WebGPU: run once per adapter, browser and model
 //! plan (while the weights are hashed and loaded), its verdict kept in browser storage (OPFS)
-//! and re-applied on later loads without running again. A form that failed is turned off for the automatic choices; a device that
-//! cannot run the model at all sends the load to the CPU, with the reason on the model card.
+//! and re-applied on later loads without running again. A form that failed is turned off for
+//! the automatic choices; a device that cannot run the model at all sends the load to the CPU,
+//! with the reason on the model card.
 
 use std::collections::BTreeMap;
 
@@ -97,17 +98,14 @@ async fn keep(all: &BTreeMap<String, Report>) -> Result<(), String> {
 
 /// The verdict kept for `device` and the model's `plan`, its turned-off forms applied again;
 /// `None` where this adapter, browser and plan have none yet.
-pub async fn kept_verdict(device: &Device, plan: &Plan) -> Result<Option<Verdict>, String> {
-    let key = key(&adapter_name(device), plan);
-    let Some(report) = kept().await.remove(&key) else {
-        return Ok(None);
-    };
+pub async fn kept_verdict(device: &Device, plan: &Plan) -> Option<Verdict> {
+    let report = kept().await.remove(&key(&adapter_name(device), plan))?;
     forms::reset();
     forms::apply(&report.disabled);
-    Ok(Some(Verdict {
+    Some(Verdict {
         report,
         cached: true,
-    }))
+    })
 }
 
 /// Runs the self-test on `device` for the model's `plan` (while the weights are hashed and
