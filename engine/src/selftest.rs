@@ -25,7 +25,10 @@
 //! `bench/results/ci-vm-2core-selftest-beside-load.json`). Part of its time comes back later:
 //! on lavapipe with Mesa's cache off, `rexvqa bench --selftest` on the tiny pair took 6.7 s
 //! longer than without, for a self-test of 11.2 s (the kernels are the model's, at other
-//! shapes).
+//! shapes). Each attention width is checked with the variants the model compiles (the decoder
+//! masked, the vision tower unmasked) and the tiny forward runs at the decoder's head width,
+//! so no check compiles a kernel the model never runs; that changed no time measurably
+//! (`bench/results/ci-vm-2core-selftest-model-variants.json`).
 
 pub mod attention;
 pub mod rows;
@@ -50,24 +53,36 @@ use crate::quant::ops::{GEMV_MAX_M, Half, Kernel};
 pub struct Plan {
     /// Weight types of the model's matrices (each gets every kernel form).
     pub types: Vec<GgmlType>,
-    /// Attention head widths (text decoder and vision tower).
-    pub head_dims: Vec<usize>,
+    /// Head widths of the text decoder, whose attention is masked (causal, sliding window)
+    /// with grouped query heads, and runs one or a few rows when decoding.
+    pub text_head_dims: Vec<usize>,
+    /// Head widths of the vision tower, whose attention has no mask (every patch sees every
+    /// patch) and always many rows.
+    pub vision_head_dims: Vec<usize>,
 }
 
-/// MedGemma 4B's head widths: the decoder's `key_length` 256 and SigLIP's 1152 / 16 heads = 72.
-pub const MEDGEMMA_4B_HEAD_DIMS: [usize; 2] = [256, 72];
+/// MedGemma 4B's decoder head width (`key_length`).
+pub const MEDGEMMA_4B_TEXT_HEAD_DIM: usize = 256;
+/// MedGemma 4B's vision head width: SigLIP's 1152 / 16 heads.
+pub const MEDGEMMA_4B_VISION_HEAD_DIM: usize = 72;
 
 impl Default for Plan {
     /// Every supported weight type and MedGemma 4B's head widths (the CLI without a model).
     fn default() -> Plan {
-        Plan {
-            types: GgmlType::all().filter(|t| t.is_supported()).collect(),
-            head_dims: MEDGEMMA_4B_HEAD_DIMS.to_vec(),
-        }
+        Plan::medgemma_4b(GgmlType::all().filter(|t| t.is_supported()).collect())
     }
 }
 
 impl Plan {
+    /// MedGemma 4B's head widths with weights of `types`.
+    pub fn medgemma_4b(types: Vec<GgmlType>) -> Plan {
+        Plan {
+            types,
+            text_head_dims: vec![MEDGEMMA_4B_TEXT_HEAD_DIM],
+            vision_head_dims: vec![MEDGEMMA_4B_VISION_HEAD_DIM],
+        }
+    }
+
     /// The weight types of a model pair's matrices and its head widths, from its headers.
     pub fn from_headers(h: &PairHeaders) -> Result<Plan, ModelError> {
         let mut types: Vec<GgmlType> = std::iter::once(&h.text)
@@ -78,20 +93,24 @@ impl Plan {
             .collect();
         types.sort_by_key(|t| t.id());
         types.dedup();
-        let mut head_dims = vec![TextConfig::from_gguf(&h.text)?.head_dim];
+        let text_head_dims = vec![TextConfig::from_gguf(&h.text)?.head_dim];
+        let mut vision_head_dims = Vec::new();
         if let Some(m) = &h.mmproj {
             let v = crate::model::config::VisionConfig::from_gguf(m)?;
-            head_dims.push(v.hidden / v.heads.max(1));
+            vision_head_dims.push(v.hidden / v.heads.max(1));
         }
-        head_dims.dedup();
-        Ok(Plan { types, head_dims })
+        Ok(Plan {
+            types,
+            text_head_dims,
+            vision_head_dims,
+        })
     }
 }
 
 /// One check's outcome.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Check {
-    /// What was checked (`matmul.gemv_subgroup.q4_k`, `attention.fused.d72`, `fused.rms_norm`,
+    /// What was checked (`matmul.gemv_subgroup.q4_k`, `attention.fused.d72.unmasked`, `fused.rms_norm`,
     /// `forward.tiny`).
     pub name: String,
     /// The form it decides on; none for operations every model needs (gathers, blocked
@@ -204,8 +223,8 @@ fn rows_for(kernel: Kernel) -> usize {
 }
 
 /// Largest |Δlogit| of the tiny forward as a fraction of the largest |logit| on the CPU.
-/// Measured |Δlogit| 1.8e-6 on lavapipe and 1.1e-6 on SwiftShader with logits up to 3.6
-/// (2026-11-24), i.e. 5e-7 of the largest; the bound is 200× that, for GPUs whose fused
+/// Measured at MedGemma's head width 256: |Δlogit| 4.9e-6 on lavapipe and 2.6e-6 on
+/// SwiftShader with logits up to 3.4 (2026-11-25), i.e. 1.4e-6 of the largest; the bound is 70× that, for GPUs whose fused
 /// multiply-adds and exp differ more from the CPU's. A broken form (the injected fault) gives
 /// errors of the order of the logits themselves, and NaN always fails.
 pub const FORWARD_TOLERANCE: f64 = 1e-4;
@@ -291,11 +310,12 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
             timed(&mut checks, check(name, Some(Form::NativeHalf), r));
         }
     }
-    for (i, &d) in plan.head_dims.iter().enumerate() {
+    // Each width with the kernel variants its attention compiles in the model (the fused
+    // kernel's mask is a compile-time switch), so the shaders compiled here are the model's.
+    for (i, &d) in plan.text_head_dims.iter().enumerate() {
         // Grouped query heads, a sliding window, queries after cached keys, keys past one
-        // workgroup tile (SigLIP's 72 stages 26 keys per tile).
-        let shape = (4, 2, 5, 40, d);
-        let seed = 100 + i as u64;
+        // workgroup tile.
+        let case = ((4, 2, 5, 40, d), Some(16));
         let mut paths = vec![(attention::Path::Blocked, None)];
         if gpu && d <= fused::MAX_HEAD_DIM {
             paths.push((attention::Path::Fused, Some(Form::FusedAttention)));
@@ -305,16 +325,23 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
             paths.push((attention::Path::Decode, Some(Form::DecodeAttention)));
         }
         for (path, form) in paths {
-            let r = attention::max_error_vs_f64(device, shape, Some(16), seed, path)
-                .await
-                .map(|e| Measured {
-                    max_error: e,
-                    bound: attention::TOLERANCE,
-                    detail: format!("{shape:?} window 16"),
-                })
-                .map_err(|e| e.to_string());
-            let name = format!("attention.{}.d{d}", format!("{path:?}").to_lowercase());
-            timed(&mut checks, check(name, form, r));
+            let name = format!("attention.{}.d{d}", snake_path(path));
+            let c = attention_check(device, name, form, case, 100 + i as u64, path).await;
+            timed(&mut checks, c);
+        }
+    }
+    for (i, &d) in plan.vision_head_dims.iter().enumerate() {
+        // Every query sees every key, no grouping, keys past one workgroup tile (72 wide: 26
+        // keys per tile). Never a decoding step, so never the decode kernel.
+        let case = ((2, 1, 40, 40, d), None);
+        let mut paths = vec![(attention::Path::Blocked, None)];
+        if gpu && d <= fused::MAX_HEAD_DIM {
+            paths.push((attention::Path::Fused, Some(Form::FusedAttention)));
+        }
+        for (path, form) in paths {
+            let name = format!("attention.{}.d{d}.unmasked", snake_path(path));
+            let c = attention_check(device, name, form, case, 150 + i as u64, path).await;
+            timed(&mut checks, c);
         }
     }
     // The fused row kernels (norms, RoPE, GELU); the CPU composes burn ops instead.
@@ -372,7 +399,12 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
         timed(&mut checks, check(name, Some(Form::GeluProduct), r));
     }
     turn_off_failed(&checks);
-    for c in tiny_forward(device).await {
+    let width = plan
+        .text_head_dims
+        .first()
+        .copied()
+        .unwrap_or(MEDGEMMA_4B_TEXT_HEAD_DIM);
+    for c in tiny_forward(device, width).await {
         timed(&mut checks, c);
     }
     // The argmax is checked with the forward: a failure there is turned off now.
@@ -406,6 +438,33 @@ fn turn_off_failed(checks: &[Check]) {
     }
 }
 
+/// One attention path at `case` (shape, window) against the f64 evaluation.
+async fn attention_check(
+    device: &Device,
+    name: String,
+    form: Option<Form>,
+    (shape, window): (attention::Shape, Option<usize>),
+    seed: u64,
+    path: attention::Path,
+) -> Check {
+    let r = attention::max_error_vs_f64(device, shape, window, seed, path)
+        .await
+        .map(|e| Measured {
+            max_error: e,
+            bound: attention::TOLERANCE,
+            detail: match window {
+                Some(w) => format!("{shape:?} window {w}"),
+                None => format!("{shape:?} no mask"),
+            },
+        })
+        .map_err(|e| e.to_string());
+    check(name, form, r)
+}
+
+fn snake_path(path: attention::Path) -> String {
+    format!("{path:?}").to_lowercase()
+}
+
 /// Whether blocks of `ty` hold f16 numbers (F16 weights, block scales).
 fn has_half(ty: GgmlType) -> bool {
     !matches!(ty, GgmlType::F32 | GgmlType::BF16)
@@ -423,14 +482,18 @@ fn snake_ty(ty: GgmlType) -> String {
 }
 
 /// The tiny built-in decoder: MedGemma's layer structure (grouped query heads, a sliding and a
-/// global layer, the Q4_K_M type mix) at widths that keep it cheap (about 1 MB of weights).
-fn tiny_config() -> TextConfig {
-    let head_dim = 64;
+/// global layer, the Q4_K_M type mix) at widths that keep it cheap (about 1 MB of weights),
+/// with the model's own head width, so its attention takes the model's paths and compiled
+/// kernels (MedGemma's 256: blocked for the prompt, the decode kernel for the step; at 64 it
+/// compiled a fused kernel no MedGemma runs). The head count makes the attention output's rows
+/// (`heads × head_dim`) whole K-quant blocks of 256.
+fn tiny_config(head_dim: usize) -> TextConfig {
+    let heads = (256 / gcd(head_dim, 256)).max(2);
     TextConfig {
         hidden: 256,
         layers: 2,
-        heads: 4,
-        kv_heads: 2,
+        heads,
+        kv_heads: heads / 2,
         head_dim,
         ffn: 512,
         eps: 1e-6,
@@ -443,6 +506,10 @@ fn tiny_config() -> TextConfig {
         final_softcap: None,
         vocab: 300,
     }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// The tiny decoder's GGUF bytes: random well-formed weights from a fixed seed, scaled so that
@@ -575,9 +642,9 @@ async fn read_id(t: Tensor<1, Int>) -> Result<u32, String> {
 
 /// The tiny forward's logits on `device` against the CPU's, and the device argmax against the
 /// host's argmax of the same logits (bound 0: the logit it picks may fall short of the largest
-/// by nothing).
-async fn tiny_forward(device: &Device) -> Vec<Check> {
-    let cfg = tiny_config();
+/// by nothing). `head_dim`: the model's decoder head width.
+async fn tiny_forward(device: &Device, head_dim: usize) -> Vec<Check> {
+    let cfg = tiny_config(head_dim);
     let result = async {
         let bytes = tiny_gguf(&cfg)?;
         let on_device = load_tiny(&bytes, &cfg, device).await?;
@@ -630,7 +697,7 @@ async fn tiny_forward(device: &Device) -> Vec<Check> {
     ]
 }
 
-/// A check as the CLI prints it: `name`, `max_error`, `bound`, `passed`, `detail`.
+/// A check as the CLI prints it: `name`, `max_error`, `bound`, `passed`, `detail`, `ms`.
 pub fn check_json(c: &Check) -> serde_json::Value {
     serde_json::json!({
         "name": c.name,
@@ -638,5 +705,6 @@ pub fn check_json(c: &Check) -> serde_json::Value {
         "bound": c.bound,
         "passed": c.passed,
         "detail": c.detail,
+        "ms": c.ms,
     })
 }

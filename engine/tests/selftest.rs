@@ -36,10 +36,7 @@ impl Clock for Wall {
 /// The types of a Q4_K_M MedGemma (Q4_K, Q6_K, F16 mmproj; F32 norms are not matrices) and
 /// MedGemma 4B's head widths: what the app checks after loading one.
 fn medgemma_plan() -> Plan {
-    Plan {
-        types: vec![GgmlType::F16, GgmlType::Q4_K, GgmlType::Q6_K],
-        head_dims: selftest::MEDGEMMA_4B_HEAD_DIMS.to_vec(),
-    }
+    Plan::medgemma_4b(vec![GgmlType::F16, GgmlType::Q4_K, GgmlType::Q6_K])
 }
 
 fn run(dev: &burn::tensor::Device, plan: &Plan) -> Report {
@@ -93,10 +90,10 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
         "matmul.tiled.q4_k",
         "f16_native.q4_k",
         "gather.q6_k",
-        "attention.fused.d72",
+        "attention.fused.d72.unmasked",
+        "attention.blocked.d72.unmasked",
         "attention.blocked.d256",
         "attention.decode.d256",
-        "attention.decode.d72",
         "fused.add_rms_norm",
         "fused.add_rms_norm_then_norm",
         "fused.rms_norm_rope",
@@ -113,8 +110,9 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
     let fwd = r.checks.iter().find(|c| c.name == "forward.tiny").unwrap();
-    // Measured on lavapipe: |Δlogit| 1.8e-6 with logits up to 3.6 (2026-11-24).
-    assert!(fwd.max_error < 2e-5, "forward |Δlogit| {}", fwd.max_error);
+    // Measured on lavapipe: |Δlogit| 4.9e-6 with logits up to 3.4 (2026-11-25, the tiny
+    // decoder at MedGemma's head width 256; 1.8e-6 at width 64).
+    assert!(fwd.max_error < 5e-5, "forward |Δlogit| {}", fwd.max_error);
 }
 
 /// A wrong result from the form the automatic choice takes on lavapipe for decoding (naive),
@@ -180,7 +178,7 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
             || n.starts_with("stacked.")
             || n.starts_with("gelu_product.")
             || n.starts_with("attention.decode.")
-            || *n == "attention.fused.d72"
+            || *n == "attention.fused.d72.unmasked"
             || *n == "argmax"),
         "{:?}",
         failed(&r)
@@ -255,7 +253,7 @@ fn gunzip(p: &str) -> Vec<u8> {
     out
 }
 
-/// A model pair's plan is its matrices' types and both head widths.
+/// A model pair's plan is its matrices' types, the decoder's head width and the vision tower's.
 #[test]
 fn the_plan_of_a_model_pair_lists_its_matrix_types_and_head_widths() {
     let text = gunzip("../tests/fixtures/models/tiny-q8_0.gguf.gz");
@@ -267,7 +265,30 @@ fn the_plan_of_a_model_pair_lists_its_matrix_types_and_head_widths() {
     let plan = Plan::from_headers(&h).unwrap();
     assert!(plan.types.contains(&GgmlType::Q8_0), "{plan:?}");
     assert!(!plan.types.is_empty() && plan.types.iter().all(|t| t.is_supported()));
-    assert_eq!(plan.head_dims.len(), 2, "{plan:?}");
+    assert_eq!(plan.text_head_dims.len(), 1, "{plan:?}");
+    assert_eq!(plan.vision_head_dims.len(), 1, "{plan:?}");
+}
+
+/// The tiny forward takes the model's decoder head width, so it must build at any width a
+/// model may have (its attention output rows whole 256-blocks): the tiny pair's, 72 and 160.
+#[test]
+fn the_selftest_passes_on_the_cpu_at_other_head_widths() {
+    let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
+    let text = gunzip("../tests/fixtures/models/tiny-q8_0.gguf.gz");
+    let h = PairHeaders {
+        text: Gguf::read(&mut SliceSource(text)).unwrap(),
+        mmproj: None,
+    };
+    let tiny = Plan::from_headers(&h).unwrap();
+    assert!(tiny.vision_head_dims.is_empty(), "{tiny:?}");
+    for d in [tiny.text_head_dims[0], 72, 160] {
+        let plan = Plan {
+            text_head_dims: vec![d],
+            ..tiny.clone()
+        };
+        let r = run(&device::cpu(), &plan);
+        assert!(r.all_passed(), "head width {d}: {:?}", failed(&r));
+    }
 }
 
 fn cli(args: &[&str]) -> std::process::Output {
@@ -292,6 +313,7 @@ fn the_cli_prints_one_json_entry_per_check_and_exits_zero_when_all_pass() {
         assert!(c["name"].is_string(), "{c}");
         assert!(c["max_error"].as_f64().unwrap() <= c["bound"].as_f64().unwrap());
         assert_eq!(c["passed"], true);
+        assert!(c["ms"].as_f64().unwrap() >= 0.0, "{c}");
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("22 checks passed"), "{stderr}");
@@ -330,7 +352,7 @@ fn the_cli_on_wgpu_passes_on_lavapipe_and_fails_with_an_injected_fault() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tiled matmul turned off"), "{stderr}");
     assert!(
-        stderr.contains("9 of 62 self-test checks failed"),
+        stderr.contains("9 of 61 self-test checks failed"),
         "{stderr}"
     );
 }

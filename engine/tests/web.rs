@@ -429,10 +429,7 @@ mod model_in_browser {
         use rexvqa_engine::selftest::{self, Plan};
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
         // A Q4_K_M MedGemma's matrix types and head widths: what the app checks.
-        let plan = Plan {
-            types: vec![GgmlType::F16, GgmlType::Q4_K, GgmlType::Q6_K],
-            head_dims: selftest::MEDGEMMA_4B_HEAD_DIMS.to_vec(),
-        };
+        let plan = Plan::medgemma_4b(vec![GgmlType::F16, GgmlType::Q4_K, GgmlType::Q6_K]);
         let r = selftest::run(&dev, &plan, &Now).await;
         for c in &r.checks {
             web_sys_log(&format!(

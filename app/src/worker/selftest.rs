@@ -65,10 +65,11 @@ fn adapter_name(device: &Device) -> String {
 /// What a verdict holds for: adapter, browser, and the weight types and head widths checked.
 fn key(adapter: &str, plan: &Plan) -> String {
     format!(
-        "{adapter} | {} | {:?} | {:?}",
+        "{adapter} | {} | {:?} | {:?} | {:?}",
         user_agent(),
         plan.types,
-        plan.head_dims
+        plan.text_head_dims,
+        plan.vision_head_dims
     )
 }
 

@@ -221,7 +221,7 @@ enum Command {
         #[arg(long, requires = "model")]
         mmproj: Option<PathBuf>,
         /// Print a JSON array with one entry per check (`name`, `max_error`, `bound`, `passed`,
-        /// `detail`); the verdict goes to stderr.
+        /// `detail`, `ms`); the verdict goes to stderr.
         #[arg(long)]
         json: bool,
         /// Tests only: make one form give wrong results (e.g. gemv_subgroup, naive).
