@@ -223,7 +223,7 @@ pub async fn load_stored(
     }
     let failed = |v: &Option<Verdict>| v.as_ref().and_then(|v| v.report.unusable_reason.clone());
     if let Some(why) = failed(&verdict) {
-        compute = format!("CPU (WebAssembly): WebGPU failed its self-test ({why})");
+        compute = on_cpu_after_selftest(&why);
         device = device::cpu();
     }
     let busy = Rc::new(Cell::new(fresh.is_some()));
@@ -266,7 +266,7 @@ pub async fn load_stored(
             // The weights went to a device that failed: freed, then loaded again on the CPU
             // (their hashes are kept, so only the load is repeated).
             drop(first);
-            compute = format!("CPU (WebAssembly): WebGPU failed its self-test ({why})");
+            compute = on_cpu_after_selftest(&why);
             device = device::cpu();
             hash_and_load(out, &pair, &device, &busy).await
         }
@@ -454,4 +454,9 @@ pub async fn bench(
 pub fn device_bytes() -> Option<f64> {
     let model = state::with(|s| s.loaded.as_ref().map(|l| l.model.clone()))?;
     rexvqa_engine::bench::device_bytes(&model).map(|b| b as f64)
+}
+
+/// The model card's compute line when the self-test found WebGPU unusable.
+fn on_cpu_after_selftest(why: &str) -> String {
+    format!("CPU (WebAssembly): WebGPU failed its self-test ({why})")
 }
