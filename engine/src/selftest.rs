@@ -110,8 +110,8 @@ impl Plan {
 /// One check's outcome.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Check {
-    /// What was checked (`matmul.gemv_subgroup.q4_k`, `attention.fused.d72.unmasked`, `fused.rms_norm`,
-    /// `forward.tiny`).
+    /// What was checked (`matmul.gemv_subgroup.q4_k`, `attention.fused.d72.unmasked`,
+    /// `fused.rms_norm`, `forward.tiny`).
     pub name: String,
     /// The form it decides on; none for operations every model needs (gathers, blocked
     /// attention, the forward), whose failure makes the device unusable.
@@ -224,9 +224,10 @@ fn rows_for(kernel: Kernel) -> usize {
 
 /// Largest |Δlogit| of the tiny forward as a fraction of the largest |logit| on the CPU.
 /// Measured at MedGemma's head width 256: |Δlogit| 4.9e-6 on lavapipe and 2.6e-6 on
-/// SwiftShader with logits up to 3.4 (2026-11-25), i.e. 1.4e-6 of the largest; the bound is 70× that, for GPUs whose fused
-/// multiply-adds and exp differ more from the CPU's. A broken form (the injected fault) gives
-/// errors of the order of the logits themselves, and NaN always fails.
+/// SwiftShader with logits up to 3.4 (2026-11-25), i.e. 1.4e-6 of the largest; the bound is
+/// 70× that, for GPUs whose fused multiply-adds and exp differ more from the CPU's. A broken
+/// form (the injected fault) gives errors of the order of the logits themselves, and NaN
+/// always fails.
 pub const FORWARD_TOLERANCE: f64 = 1e-4;
 
 fn check(name: String, form: Option<Form>, m: Result<Measured, String>) -> Check {
@@ -312,35 +313,32 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
     }
     // Each width with the kernel variants its attention compiles in the model (the fused
     // kernel's mask is a compile-time switch), so the shaders compiled here are the model's.
-    for (i, &d) in plan.text_head_dims.iter().enumerate() {
-        // Grouped query heads, a sliding window, queries after cached keys, keys past one
-        // workgroup tile.
-        let case = ((4, 2, 5, 40, d), Some(16));
+    let text = plan.text_head_dims.iter().enumerate();
+    let vision = plan.vision_head_dims.iter().enumerate();
+    let widths = text
+        .map(|(i, &d)| (d, true, 100 + i as u64))
+        .chain(vision.map(|(i, &d)| (d, false, 150 + i as u64)));
+    for (d, decoder, seed) in widths {
+        // The decoder: grouped query heads, a sliding window, queries after cached keys, keys
+        // past one workgroup tile. The vision tower: every query sees every key, no grouping,
+        // keys past one tile (72 wide: 26 keys per tile).
+        let (case, suffix) = if decoder {
+            (((4, 2, 5, 40, d), Some(16)), "")
+        } else {
+            (((2, 1, 40, 40, d), None), ".unmasked")
+        };
         let mut paths = vec![(attention::Path::Blocked, None)];
         if gpu && d <= fused::MAX_HEAD_DIM {
             paths.push((attention::Path::Fused, Some(Form::FusedAttention)));
         }
-        // Also where the fused kernel takes the width: it replaces that one when turned off.
-        if gpu && d <= decode_attention::MAX_HEAD_DIM {
+        // The decoder's decoding steps, also where the fused kernel takes the width (it
+        // replaces that one when turned off); the vision tower never decodes.
+        if decoder && gpu && d <= decode_attention::MAX_HEAD_DIM {
             paths.push((attention::Path::Decode, Some(Form::DecodeAttention)));
         }
         for (path, form) in paths {
-            let name = format!("attention.{}.d{d}", snake_path(path));
-            let c = attention_check(device, name, form, case, 100 + i as u64, path).await;
-            timed(&mut checks, c);
-        }
-    }
-    for (i, &d) in plan.vision_head_dims.iter().enumerate() {
-        // Every query sees every key, no grouping, keys past one workgroup tile (72 wide: 26
-        // keys per tile). Never a decoding step, so never the decode kernel.
-        let case = ((2, 1, 40, 40, d), None);
-        let mut paths = vec![(attention::Path::Blocked, None)];
-        if gpu && d <= fused::MAX_HEAD_DIM {
-            paths.push((attention::Path::Fused, Some(Form::FusedAttention)));
-        }
-        for (path, form) in paths {
-            let name = format!("attention.{}.d{d}.unmasked", snake_path(path));
-            let c = attention_check(device, name, form, case, 150 + i as u64, path).await;
+            let name = format!("attention.{}.d{d}{suffix}", snake_path(path));
+            let c = attention_check(device, name, form, case, seed, path).await;
             timed(&mut checks, c);
         }
     }
