@@ -3,10 +3,16 @@
 // and without SIMD128) and the browser with the native CLI on the same machine.
 //
 //   node bench/browser-bench.mjs --dist DIST --model M.gguf [--mmproj MM.gguf] [--compute cpu|webgpu]
-//     [--prefill 64,256] [--decode 16] [--official 4] --out r.json
+//     [--prefill 64,256] [--decode 16] [--official 4] [--kernel-rows 1,256] [--trace trace.json]
+//     [--flags='--enable-dawn-features=...'] --out r.json
+//
+// --trace records a Chrome trace of the Benchmark run (every process: the worker's JavaScript and
+// WebAssembly samples, the GPU process's Dawn work), for bench/trace_summary.py to break down,
+// instead of the JSON (--out is still required, and left unwritten).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { serve } from '../tests/e2e/server.mjs';
+import { chromium } from 'playwright-core';
 import { launch, openPage } from '../tests/e2e/browser.mjs';
 
 const { values: a } = parseArgs({
@@ -14,11 +20,15 @@ const { values: a } = parseArgs({
     dist: { type: 'string', default: 'dist' }, model: { type: 'string' }, mmproj: { type: 'string' },
     compute: { type: 'string', default: 'cpu' }, prefill: { type: 'string', default: '64,256' },
     decode: { type: 'string', default: '16' }, official: { type: 'string', default: '4' }, out: { type: 'string' },
+    'kernel-rows': { type: 'string', default: '1,256' }, trace: { type: 'string' }, flags: { type: 'string', default: '' },
   },
 });
 if (!a.model || !a.out) throw new Error('--model and --out are required');
 const server = await serve(a.dist);
-const context = await launch();
+// Tracing is a browser-wide CDP domain: a second client reaches it through a debugging port.
+const tracePort = 9300 + (process.pid % 600);
+const extra = a.flags.split(' ').filter(Boolean);
+const context = await launch(a.trace ? [...extra, `--remote-debugging-port=${tracePort}`] : extra);
 try {
   const { page, problems } = await openPage(context, server.url);
   await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ timeout: 120_000 });
@@ -31,8 +41,17 @@ try {
   await page.getByTestId('bench-prefill').fill(a.prefill);
   await page.getByTestId('bench-decode').fill(a.decode);
   await page.getByTestId('bench-official').fill(a.official);
+  await page.getByTestId('bench-kernel-rows').fill(a['kernel-rows']);
+  const tracing = a.trace ? await startTrace(tracePort) : null;
   await page.getByTestId('bench-run').click();
   await page.getByTestId('bench-results').waitFor({ timeout: 3_600_000 });
+  if (tracing) {
+    // A second CDP client takes over the browser's download behaviour, so a traced run keeps the
+    // trace only: the figures come from an untraced run.
+    await tracing.stop(a.trace);
+    console.log(`trace written to ${a.trace}`);
+    process.exit(0);
+  }
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('bench-save').click()]);
   const j = JSON.parse(readFileSync(await download.path(), 'utf8'));
   j.dist = a.dist;
@@ -44,4 +63,38 @@ try {
 } finally {
   await context.close();
   await server.close();
+}
+
+// Starts a Chrome trace over CDP with the categories that say where a worker's time goes: V8's
+// sampling profiler (JavaScript and WebAssembly frames of every thread), the timeline, and the GPU
+// process's WebGPU (Dawn) work. Returns { stop(path) }.
+async function startTrace(port) {
+  const browser = await chromium.connectOverCDP(`http://127.0.0.1:${port}`);
+  const cdp = await browser.newBrowserCDPSession();
+  await cdp.send('Tracing.start', {
+    transferMode: 'ReturnAsStream',
+    traceConfig: {
+      recordMode: 'recordContinuously',
+      includedCategories: ['devtools.timeline', 'disabled-by-default-devtools.timeline', 'v8', 'v8.execute',
+        'disabled-by-default-v8.cpu_profiler', 'gpu', 'dawn', 'disabled-by-default-dawn', 'webgpu',
+        'disabled-by-default-webgpu', 'toplevel', 'ipc', 'mojom', 'blink', 'gpu.service',
+        'disabled-by-default-gpu.service'],
+    },
+  });
+  return {
+    async stop(path) {
+      const done = new Promise((resolve) => cdp.once('Tracing.tracingComplete', resolve));
+      await cdp.send('Tracing.end');
+      const { stream } = await done;
+      const parts = [];
+      for (;;) {
+        const r = await cdp.send('IO.read', { handle: stream, size: 1 << 22 });
+        parts.push(r.base64Encoded ? Buffer.from(r.data, 'base64') : Buffer.from(r.data));
+        if (r.eof) break;
+      }
+      await cdp.send('IO.close', { handle: stream });
+      writeFileSync(path, Buffer.concat(parts));
+      await cdp.detach();
+    },
+  };
 }

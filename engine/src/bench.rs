@@ -25,6 +25,24 @@ pub struct BenchReport {
     pub prefill: Vec<(usize, f64)>,
     /// Decoding throughput (tokens per second, one token per step with the KV cache).
     pub decode_tokens_per_s: f64,
+    /// Host milliseconds spent issuing one decoded token: encoding its launches and uploads,
+    /// with no wait for the device. Where this approaches the token's time, the host (our code,
+    /// CubeCL, wgpu, the browser's WebGPU) bounds decoding, not the GPU.
+    #[serde(default)]
+    pub decode_issue_ms_per_token: f64,
+    /// Milliseconds the decode loop then waited for the device to finish, in its one read.
+    #[serde(default)]
+    pub decode_wait_ms: f64,
+    /// Host microseconds a dispatch costs when issuing a decoded token (the issue time over
+    /// [`Self::dispatches_per_token`]; GPU backends only).
+    #[serde(default)]
+    pub host_us_per_dispatch: Option<f64>,
+    /// Host milliseconds spent issuing each prefill of [`Self::prefill`] (same lengths).
+    #[serde(default)]
+    pub prefill_issue_ms: Vec<(usize, f64)>,
+    /// Host milliseconds spent issuing one image encoding (of [`Self::image_encode_ms`]).
+    #[serde(default)]
+    pub image_issue_ms: f64,
     /// Fast-mode questions per second on a 4-question study, image encoded once.
     pub fast_questions_per_s: f64,
     /// Fast-mode questions per second when every question recomputes everything (no study cache).
@@ -36,6 +54,10 @@ pub struct BenchReport {
     pub official_questions_per_s: f64,
     /// Tokens generated per official question.
     pub official_tokens: f64,
+    /// Host reads (each an await of the device) per token the official question generated:
+    /// greedy decoding reads every id to check for a stop token.
+    #[serde(default)]
+    pub official_reads_per_token: Option<f64>,
     /// The generation cap used for official questions.
     pub official_max_tokens: usize,
     /// Device memory the weights take right after loading (GPU backends; None on the CPU).
@@ -389,6 +411,9 @@ impl BenchReport {
             return;
         }
         self.dispatches_per_token = Some(pc.token.dispatches);
+        // Only a run that decoded has an issue time to share out (not `--counts-only`).
+        self.host_us_per_dispatch = (self.decode_issue_ms_per_token > 0.0)
+            .then(|| 1000.0 * self.decode_issue_ms_per_token / pc.token.dispatches as f64);
         self.submits_per_token = Some(pc.token.submits());
         self.tasks_per_submit = Some(launches::tasks_per_submit());
         self.reads_per_token = Some(pc.token.reads);
@@ -447,6 +472,7 @@ pub async fn run(
             for _ in 0..2 {
                 model.encode_image(&pixels)?;
             }
+            r.image_issue_ms = (clock.now_ms() - t) / 2.0;
             sync(model).await?;
             r.image_encode_ms = (clock.now_ms() - t) / 2.0;
             Some((pixels, feats))
@@ -470,6 +496,7 @@ pub async fn run(
         let t = clock.now_ms();
         let mut cache = model.decoder.new_cache();
         model.prefill(&ids, &[], &mut cache)?;
+        r.prefill_issue_ms.push((n, clock.now_ms() - t));
         sync(model).await?;
         r.prefill
             .push((n, n as f64 / ((clock.now_ms() - t) / 1000.0)));
@@ -492,14 +519,20 @@ pub async fn run(
     };
     // Greedy decoding as `Session::generate` does it: the next id stays on the device.
     let mut pending = model.decoder.greedy(prompt);
+    // The prompt's work is finished first, so the wait below is the decoded tokens' alone.
+    sync(model).await?;
     let t = clock.now_ms();
     for _ in 0..opts.decode_tokens {
         pending = model
             .decoder
             .greedy(model.decoder.forward_token(pending, &mut cache));
     }
+    let issued = clock.now_ms();
     drop(pending.into_data_async().await);
-    r.decode_tokens_per_s = opts.decode_tokens as f64 / ((clock.now_ms() - t) / 1000.0);
+    let done = clock.now_ms();
+    r.decode_tokens_per_s = opts.decode_tokens as f64 / ((done - t) / 1000.0);
+    r.decode_issue_ms_per_token = (issued - t) / opts.decode_tokens.max(1) as f64;
+    r.decode_wait_ms = done - issued;
     sample(model);
     drop(cache);
 
@@ -582,6 +615,7 @@ pub async fn run(
     r.fast_questions_per_s_batched = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
 
     let t = clock.now_ms();
+    let c = launches::count();
     let out = session
         .generate(
             &question_ids(model, 0)?,
@@ -592,6 +626,10 @@ pub async fn run(
         .await?;
     r.official_questions_per_s = 1000.0 / (clock.now_ms() - t);
     r.official_tokens = out.len() as f64;
+    let reads = c.finish().reads;
+    if crate::device::queues_work(model.device()) {
+        r.official_reads_per_token = Some(reads as f64 / out.len().max(1) as f64);
+    }
     sample(model);
     r.peak_device_bytes = peak;
     r.set_counts(

@@ -28,6 +28,11 @@ test('benchmark page: the harness in the browser, saved as JSON', { timeout: 600
   for (const k of ['image_encode_first_ms', 'image_encode_ms', 'decode_tokens_per_s', 'fast_questions_per_s',
     'fast_questions_per_s_cold', 'fast_questions_per_s_batched', 'official_questions_per_s']) assert.ok(r[k] > 0, k);
   assert.equal(r.official_max_tokens, 4);
+  // Where a token's time goes on the host: issuing it, and the one wait after the loop.
+  assert.ok(r.decode_issue_ms_per_token > 0 && r.decode_wait_ms >= 0);
+  assert.ok(r.decode_issue_ms_per_token * 8 < 1000 * 8 / r.decode_tokens_per_s + 1, 'issue time within the decode time');
+  assert.deepEqual(r.prefill_issue_ms.map((p) => p[0]), [64, 128]);
+  assert.ok(r.image_issue_ms > 0 && r.image_issue_ms <= r.image_encode_ms);
   // Kernel timings: every weight shape at 1 and 256 input rows (the head at 1 only), all measured,
   // and one table row each on the page.
   assert.ok(r.kernels.some((k) => k.matrix === 'blk.0.ffn_down' && k.m === 256));

@@ -9,7 +9,7 @@ export const SHOTS = process.env.REXVQA_SCREENSHOTS ?? join(process.cwd(), 'test
 
 const EXECUTABLE = ['/usr/bin/chromium', '/usr/lib/chromium/chromium'].find((p) => existsSync(p));
 
-export async function launch() {
+export async function launch(extraArgs = []) {
   if (!EXECUTABLE) throw new Error('Debian chromium is not installed: run scripts/setup.sh');
   mkdirSync(SHOTS, { recursive: true });
   const userDataDir = mkdtempSync(join(tmpdir(), 'rexvqa-chromium-'));
@@ -19,7 +19,7 @@ export async function launch() {
     viewport: { width: 1280, height: 900 },
     args: ['--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--disable-dev-shm-usage'],
+      '--disable-dev-shm-usage', ...extraArgs],
   });
   // Each profile holds tens of MB (OPFS copies of the model files): remove it once the browser
   // has exited (on 'close' Chromium may still be writing to it).

@@ -278,6 +278,10 @@ pub enum Request {
         decode: usize,
         /// Generation cap of the official-mode question.
         official_max_tokens: usize,
+        /// Input row counts of the per-matrix kernel timings (empty: none), as
+        /// `rexvqa bench --kernel-rows`.
+        #[serde(default = "default_kernel_rows")]
+        kernel_rows: Vec<usize>,
     },
     /// Stop unpacking the image archive (what is unpacked stays).
     UnpackCancel,
@@ -288,6 +292,11 @@ pub enum Request {
         /// Run id.
         run_id: String,
     },
+}
+
+/// The kernel timings' input rows when a request names none: one row (decode) and 256 (prefill).
+fn default_kernel_rows() -> Vec<usize> {
+    vec![1, 256]
 }
 
 impl Request {

@@ -82,6 +82,16 @@ fn dispatch_rows(r: &serde_json::Value) -> Vec<(String, String)> {
             ),
         ),
         (
+            "host time issuing a token (ms; µs per dispatch)".into(),
+            format!(
+                "{:.2} ({})",
+                r["decode_issue_ms_per_token"].as_f64().unwrap_or(f64::NAN),
+                r["host_us_per_dispatch"]
+                    .as_f64()
+                    .map_or("–".into(), |n| format!("{n:.0}"))
+            ),
+        ),
+        (
             "GPU dispatches per fast question (batched)".into(),
             format!(
                 "{} ({})",
@@ -177,6 +187,15 @@ fn kernel_rows(json: &str) -> Vec<[String; 7]> {
         .collect()
 }
 
+/// Positive counts separated by commas ("" is none); None when one is not a positive number.
+fn counts(text: &str) -> Option<Vec<usize>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>().ok().filter(|&n| n > 0))
+        .collect()
+}
+
 /// The benchmark card (shown with a loaded model).
 #[component]
 pub fn BenchPanel() -> impl IntoView {
@@ -184,23 +203,26 @@ pub fn BenchPanel() -> impl IntoView {
     let prefill = RwSignal::new("300,1000".to_string());
     let decode = RwSignal::new(32usize);
     let official = RwSignal::new(16usize);
+    let rows_text = RwSignal::new("1,256".to_string());
     let run = move |_| {
-        let lengths: Result<Vec<usize>, _> = prefill
-            .get_untracked()
-            .split(',')
-            .map(|x| x.trim().parse::<usize>())
-            .collect();
-        match lengths {
-            Ok(l) if !l.is_empty() && l.iter().all(|&n| n > 0) => {
+        let lengths = counts(&prefill.get_untracked());
+        let rows = counts(&rows_text.get_untracked());
+        match (lengths, rows) {
+            (Some(l), Some(rows)) if !l.is_empty() => {
                 engine.bench.set(BenchState::Running);
                 engine.send(&Request::Bench {
                     prefill: l,
                     decode: decode.get_untracked().max(1),
                     official_max_tokens: official.get_untracked().max(1),
+                    kernel_rows: rows,
                 });
             }
-            _ => engine.error(
+            (None, _) | (Some(_), Some(_)) => engine.error(
                 "Benchmark: prompt lengths are positive numbers separated by commas, e.g. 300,1000"
+                    .into(),
+            ),
+            (_, None) => engine.error(
+                "Benchmark: kernel rows are positive numbers separated by commas, e.g. 1,256 (empty: no kernel timings)"
                     .into(),
             ),
         }
@@ -215,6 +237,7 @@ pub fn BenchPanel() -> impl IntoView {
                 <label>"prompt lengths " <input class="narrow" data-testid="bench-prefill" prop:value=move || prefill.get() on:input=move |ev| prefill.set(event_target_value(&ev)) /></label>
                 <label>"decode tokens " <input type="number" min="1" class="narrow" data-testid="bench-decode" prop:value=move || decode.get() on:input=move |ev| decode.set(event_target_value(&ev).parse().unwrap_or(1)) /></label>
                 <label>"official cap " <input type="number" min="1" class="narrow" data-testid="bench-official" prop:value=move || official.get() on:input=move |ev| official.set(event_target_value(&ev).parse().unwrap_or(1)) /></label>
+                <label title="input rows of the per-matrix kernel timings; empty for none">"kernel rows " <input class="narrow" data-testid="bench-kernel-rows" prop:value=move || rows_text.get() on:input=move |ev| rows_text.set(event_target_value(&ev)) /></label>
                 <button data-testid="bench-run" disabled=running on:click=run>"Run benchmark"</button>
             </div>
             {move || running().then(|| view! { <p role="status">"Running the benchmark…"</p> })}
@@ -264,5 +287,14 @@ mod tests {
         );
         // The CPU, and reports saved before the adapter was recorded.
         assert_eq!(runs_on(&"cpu".into(), &serde_json::Value::Null), "cpu");
+    }
+
+    #[test]
+    fn counts_read_comma_lists_and_refuse_what_is_not_a_positive_count() {
+        assert_eq!(counts("1, 256"), Some(vec![1, 256]));
+        assert_eq!(counts(""), Some(vec![]));
+        assert_eq!(counts("64,"), Some(vec![64]));
+        assert_eq!(counts("0"), None);
+        assert_eq!(counts("1,x"), None);
     }
 }

@@ -401,6 +401,7 @@ pub async fn bench(
     prefill: Vec<usize>,
     decode: usize,
     official_max_tokens: usize,
+    kernel_rows: Vec<usize>,
 ) -> Result<(), String> {
     let model = state::model()?;
     state::no_eval_running("benchmark")?;
@@ -409,7 +410,7 @@ pub async fn bench(
         decode_tokens: decode,
         questions: 4,
         official_max_tokens,
-        kernel_rows: vec![1, 256],
+        kernel_rows,
         kernel_reps: 3,
     };
     let r = rexvqa_engine::bench::run(&model, &opts, &PerfClock)
