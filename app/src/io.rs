@@ -68,6 +68,12 @@ pub async fn call_async(obj: &JsValue, method: &str, args: &[JsValue]) -> Result
     JsFuture::from(p).await.map_err(|e| describe(&e))
 }
 
+/// Starts reading a whole blob now (the browser reads it on another thread), to be awaited
+/// later: a copy reads its next piece while it writes and hashes this one.
+pub fn start_read(blob: &Blob) -> JsFuture {
+    JsFuture::from(blob.array_buffer())
+}
+
 /// Reads a whole blob.
 pub async fn read_blob(blob: &Blob) -> Result<Vec<u8>, String> {
     let buf = JsFuture::from(blob.array_buffer())
@@ -284,8 +290,12 @@ impl SyncFile {
 
     /// Writes `bytes` at `offset`.
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<(), WriteError> {
-        let arr = Uint8Array::from(bytes);
-        let n = call_raw(&self.0, "write", &[arr.into(), Self::at(offset)])
+        self.write_js_at(&Uint8Array::from(bytes), offset)
+    }
+
+    /// Writes bytes that are already in JavaScript at `offset` (no copy through wasm memory).
+    pub fn write_js_at(&self, bytes: &Uint8Array, offset: u64) -> Result<(), WriteError> {
+        let n = call_raw(&self.0, "write", &[bytes.clone().into(), Self::at(offset)])
             .map_err(|e| {
                 if get(&e, "name").as_string().as_deref() == Some("QuotaExceededError") {
                     WriteError::NoSpace
@@ -296,7 +306,7 @@ impl SyncFile {
             .as_f64()
             .unwrap_or(0.0) as usize;
         // A short write is the other way a full origin shows.
-        if n != bytes.len() {
+        if n != bytes.length() as usize {
             return Err(WriteError::NoSpace);
         }
         Ok(())

@@ -7,21 +7,43 @@ use crate::gguf::{RangeSource, SourceError};
 /// Bytes read per step (also the progress granularity).
 const PIECE: usize = 8 << 20;
 
+/// A SHA-256 fed piece by piece, so that a copy can hash the bytes it writes in the same pass
+/// instead of reading the whole file again afterwards.
+#[derive(Clone, Default)]
+pub struct Sha256Stream(Sha256);
+
+impl Sha256Stream {
+    /// An empty digest.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the next bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The lower-case hex digest of everything added.
+    pub fn finish(self) -> String {
+        hex(&self.0.finalize())
+    }
+}
+
 /// Lower-case hex SHA-256 of a whole source, read in pieces; `progress(done, total)` after each.
 pub async fn sha256<S: RangeSource>(
     src: &S,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<String, SourceError> {
     let total = src.size();
-    let mut h = Sha256::new();
+    let mut h = Sha256Stream::new();
     let mut done = 0u64;
     while done < total {
         let n = PIECE.min((total - done) as usize);
-        h.update(src.read_range(done, n).await?);
+        h.update(&src.read_range(done, n).await?);
         done += n as u64;
         progress(done, total);
     }
-    Ok(hex(&h.finalize()))
+    Ok(h.finish())
 }
 
 /// Lower-case hex SHA-256 of bytes in memory.
@@ -54,6 +76,12 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(got, sha256_bytes(&data));
+        // Fed in uneven pieces, as a copy feeds it, the stream gives the same digest.
+        let mut stream = Sha256Stream::new();
+        for piece in data.chunks(PIECE / 3 + 7) {
+            stream.update(piece);
+        }
+        assert_eq!(stream.finish(), got);
         assert_eq!(steps.len(), 3);
         assert_eq!(steps.last(), Some(&(data.len() as u64, data.len() as u64)));
     }

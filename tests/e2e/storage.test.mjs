@@ -4,6 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -51,11 +52,23 @@ test('an import that runs out of storage says how far it got, then resumes with 
   await page.getByTestId('app-error').getByRole('button', { name: 'Dismiss' }).click();
 
   await cdp.send('Storage.overrideQuotaForOrigin', { origin });
+  // The copy hashes what it writes: the load after it shows no separate SHA-256 pass.
+  await page.evaluate(() => {
+    window.hashPass = false;
+    new MutationObserver(() => { window.hashPass ||= document.body.textContent.includes('(SHA-256)'); })
+      .observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
   await page.getByTestId('model-import').click();
   await page.getByTestId('model-card').waitFor({ timeout: SLOW });
   const rows = page.getByTestId('stored-models').locator('tbody tr');
   assert.equal(await rows.count(), 2);
   assert.doesNotMatch(await page.getByTestId('stored-models').textContent(), /partial/);
+  assert.equal(await page.evaluate(() => window.hashPass), false, 'a SHA-256 pass after the copy');
+  // The resumed copy's digest (the stored part hashed, then the rest as it was written) is the file's.
+  const shown = await page.getByTestId('model-sha256').allTextContents();
+  const want = ['tiny-q8_0.gguf', 'tiny-q8_0-mmproj-224.gguf']
+    .map((f) => createHash('sha256').update(readFileSync(join(FIX, f))).digest('hex'));
+  assert.deepEqual(shown, want);
   assert.deepEqual(problems, []);
 });
 
