@@ -1,0 +1,93 @@
+// The browser against the native engine on the same Vulkan driver and the same files: the app's
+// Benchmark card in headless Chromium (WebGPU on Chromium's SwiftShader without a GPU) and
+// `rexvqa bench --backend wgpu` natively on that same SwiftShader ICD, with one JSON of both
+// reports and the browser / native ratios (issue #33's measure; no timing is asserted anywhere).
+//
+//   node bench/browser-vs-native.mjs --dist DIST --bin target/release/rexvqa --model M.gguf
+//     [--mmproj MM.gguf] [--prefill 64] [--decode 16] [--official 4] [--kernel-rows ''] [--runs 1]
+//     [--icd /usr/lib/chromium/vk_swiftshader_icd.json] --out r.json
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const { values: a } = parseArgs({
+  options: {
+    dist: { type: 'string', default: 'dist' }, bin: { type: 'string' }, model: { type: 'string' },
+    mmproj: { type: 'string' }, prefill: { type: 'string', default: '64' },
+    decode: { type: 'string', default: '16' }, official: { type: 'string', default: '4' },
+    runs: { type: 'string', default: '1' }, 'kernel-rows': { type: 'string', default: '' },
+    icd: { type: 'string', default: '/usr/lib/chromium/vk_swiftshader_icd.json' }, out: { type: 'string' },
+  },
+});
+if (!a.bin || !a.model || !a.out) throw new Error('--bin, --model and --out are required');
+if (!existsSync(a.icd)) throw new Error(`no Vulkan ICD file at ${a.icd} (Debian's chromium ships SwiftShader's)`);
+const here = dirname(fileURLToPath(import.meta.url));
+const tmp = mkdtempSync(join(tmpdir(), 'rexvqa-bvn-'));
+
+function browser(run) {
+  const out = join(tmp, `browser-${run}.json`);
+  const args = [join(here, 'browser-bench.mjs'), '--dist', a.dist, '--model', a.model, '--compute', 'webgpu',
+    '--prefill', a.prefill, '--decode', a.decode, '--official', a.official, '--kernel-rows', a['kernel-rows'], '--out', out];
+  if (a.mmproj) args.push('--mmproj', a.mmproj);
+  execFileSync(process.execPath, args, { stdio: 'inherit' });
+  return JSON.parse(readFileSync(out, 'utf8'));
+}
+
+function native(run) {
+  const out = join(tmp, `native-${run}.json`);
+  const args = ['bench', '--backend', 'wgpu', '--model', a.model, '--prefill', a.prefill, '--decode', a.decode,
+    '--official-max-tokens', a.official, '--kernel-rows', a['kernel-rows'], '--out', out];
+  if (a.mmproj) args.push('--mmproj', a.mmproj);
+  // The same driver as the browser's: only the ICD named is loaded, so wgpu cannot pick lavapipe.
+  const env = { ...process.env, VK_ICD_FILENAMES: a.icd, VK_DRIVER_FILES: a.icd };
+  execFileSync(a.bin, args, { stdio: ['ignore', 'ignore', 'inherit'], env });
+  return JSON.parse(readFileSync(out, 'utf8'));
+}
+
+// The figures compared, each a rate (higher is better) or a time (lower is better), so that every
+// ratio reads "browser / native speed": 1 is parity, below 1 the browser is slower.
+function figures(j) {
+  const r = j.results;
+  const f = {
+    decode_tokens_per_s: r.decode_tokens_per_s,
+    image_encode_ms: r.image_encode_ms || null,
+    fast_questions_per_s: r.fast_questions_per_s || null,
+    official_questions_per_s: r.official_questions_per_s || null,
+    decode_issue_ms_per_token: r.decode_issue_ms_per_token,
+    host_us_per_dispatch: r.host_us_per_dispatch,
+    peak_device_bytes: r.peak_device_bytes,
+  };
+  for (const [n, v] of r.prefill ?? []) f[`prefill_${n}_tokens_per_s`] = v;
+  return f;
+}
+
+const median = (xs) => { const s = [...xs].sort((x, y) => x - y); return s[Math.floor((s.length - 1) / 2)]; };
+const runs = Math.max(1, Number(a.runs));
+const b = [], n = [];
+// Interleaved, so that a slower stretch of the machine hits both sides alike.
+for (let i = 0; i < runs; i++) { n.push(native(i)); b.push(browser(i)); }
+const fb = b.map(figures), fn = n.map(figures);
+const keys = Object.keys(fn[0]);
+const med = (fs) => Object.fromEntries(keys.map((k) => [k, fs.every((f) => f[k] != null) ? median(fs.map((f) => f[k])) : null]));
+const mb = med(fb), mn = med(fn);
+const lowerIsBetter = new Set(['image_encode_ms', 'decode_issue_ms_per_token', 'host_us_per_dispatch', 'peak_device_bytes']);
+const ratios = {};
+for (const k of keys) {
+  if (mb[k] == null || mn[k] == null || mb[k] === 0 || mn[k] === 0) continue;
+  ratios[k] = lowerIsBetter.has(k) ? mn[k] / mb[k] : mb[k] / mn[k];
+}
+const report = {
+  what: 'browser (Chromium WebGPU) / native (rexvqa bench --backend wgpu) on the same Vulkan ICD and files',
+  icd: a.icd, model: a.model, mmproj: a.mmproj ?? null, prefill: a.prefill, decode: Number(a.decode),
+  official_max_tokens: Number(a.official), runs, browser: mb, native: mn, ratios,
+  browser_runs: b, native_runs: n,
+};
+writeFileSync(a.out, `${JSON.stringify(report, null, 2)}\n`);
+console.log('figure'.padEnd(30), 'browser'.padStart(12), 'native'.padStart(12), 'browser/native speed'.padStart(22));
+for (const k of keys) {
+  const fmt = (v) => (v == null ? '–' : Number(v).toPrecision(4)).padStart(12);
+  console.log(k.padEnd(30), fmt(mb[k]), fmt(mn[k]), (ratios[k] == null ? '–' : `${ratios[k].toFixed(2)}×`).padStart(22));
+}
