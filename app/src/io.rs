@@ -76,9 +76,7 @@ pub fn start_read(blob: &Blob) -> JsFuture {
 
 /// Reads a whole blob.
 pub async fn read_blob(blob: &Blob) -> Result<Vec<u8>, String> {
-    let buf = JsFuture::from(blob.array_buffer())
-        .await
-        .map_err(|e| describe(&e))?;
+    let buf = start_read(blob).await.map_err(|e| describe(&e))?;
     Ok(Uint8Array::new(&buf).to_vec())
 }
 
