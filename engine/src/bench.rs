@@ -142,6 +142,9 @@ pub struct KernelTiming {
     pub half: Half,
     /// Mean time of one multiplication.
     pub ms: f64,
+    /// Multiplications timed together (see [`next_reps`]).
+    #[serde(default)]
+    pub reps: usize,
     /// Packed weight bytes read per second, in GB/s (what bounds decoding).
     pub weight_gb_per_s: f64,
     /// Arithmetic rate, 2·m·rows·cols per second, in GFLOP/s (what bounds prefill).
@@ -161,7 +164,8 @@ pub struct BenchOptions {
     pub official_max_tokens: usize,
     /// Input row counts the kernel timings use (empty: no kernel timings).
     pub kernel_rows: Vec<usize>,
-    /// Repetitions per kernel timing (after one warm-up).
+    /// Least repetitions per kernel timing (after one warm-up); more while the timed span is
+    /// shorter than [`MIN_TIMED_MS`].
     pub kernel_reps: usize,
 }
 
@@ -211,6 +215,31 @@ fn timed_at(kernel: Kernel, m: usize) -> bool {
     gemv == (m <= GEMV_MAX_M) || kernel == Kernel::Naive || kernel == Kernel::Auto
 }
 
+/// Shortest span a kernel timing rests on. Browsers round `performance.now()` to 100 µs
+/// without cross-origin isolation, and once the host cost per dispatch fell to ~0.1 ms (#33),
+/// three multiplications of a tiny matrix read as 0 ms; 10 ms keeps that rounding under 1 %.
+pub const MIN_TIMED_MS: f64 = 10.0;
+
+/// Most multiplications one kernel timing issues, so a kernel faster than the clock's
+/// resolution still ends (4,096 of SwiftShader's ~30 µs tiny matmuls: ~0.1 s).
+pub const MAX_REPS: usize = 4096;
+
+/// How many multiplications to time next after `reps` of them took `span_ms`, or None when
+/// that span is long enough to keep (or the cap is reached). Grows by the ratio the span falls
+/// short, with 50 % to spare, at most 16× a round (a zero span, below the clock's resolution,
+/// grows 16×).
+pub fn next_reps(reps: usize, span_ms: f64) -> Option<usize> {
+    if span_ms >= MIN_TIMED_MS || reps >= MAX_REPS {
+        return None;
+    }
+    let factor = if span_ms > 0.0 {
+        (1.5 * MIN_TIMED_MS / span_ms).clamp(2.0, 16.0)
+    } else {
+        16.0
+    };
+    Some(((reps as f64 * factor).ceil() as usize).min(MAX_REPS))
+}
+
 /// Times `q · x` for `m` random rows with `kernel` and `half`.
 #[allow(clippy::too_many_arguments)]
 async fn time_kernel(
@@ -230,12 +259,19 @@ async fn time_kernel(
     // The warm-up compiles the kernel for this type.
     drop(q.matmul_variant(x.clone(), kernel, half));
     sync_device(device).await?;
-    let t = clock.now_ms();
-    for _ in 0..reps {
-        drop(q.matmul_variant(x.clone(), kernel, half));
-    }
-    sync_device(device).await?;
-    let ms = (clock.now_ms() - t) / reps as f64;
+    let mut reps = reps.max(1);
+    let ms = loop {
+        let t = clock.now_ms();
+        for _ in 0..reps {
+            drop(q.matmul_variant(x.clone(), kernel, half));
+        }
+        sync_device(device).await?;
+        let span = clock.now_ms() - t;
+        match next_reps(reps, span) {
+            Some(more) => reps = more,
+            None => break span / reps as f64,
+        }
+    };
     let bytes = q.ty.bytes_for((q.rows * q.cols) as u64).unwrap_or(0) as f64;
     Ok(KernelTiming {
         matrix: name.to_string(),
@@ -246,6 +282,7 @@ async fn time_kernel(
         kernel,
         half,
         ms,
+        reps,
         weight_gb_per_s: bytes / (ms * 1e6),
         gflop_per_s: 2.0 * (m * q.rows * q.cols) as f64 / (ms * 1e6),
     })
@@ -637,4 +674,31 @@ pub async fn run(
         model.decoder.weight_bytes_per_token(),
     );
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reps_grow_until_the_span_outlasts_the_clock() {
+        // Long enough at once: keep it.
+        assert_eq!(next_reps(3, 12.0), None);
+        assert_eq!(next_reps(3, MIN_TIMED_MS), None);
+        // Below the clock's resolution: 16× a round, capped.
+        assert_eq!(next_reps(3, 0.0), Some(48));
+        assert_eq!(next_reps(3000, 0.0), Some(MAX_REPS));
+        assert_eq!(next_reps(MAX_REPS, 0.0), None);
+        // Measurable but short: by the shortfall with 50 % to spare (1 ms -> 15×).
+        assert_eq!(next_reps(4, 1.0), Some(60));
+        // Nearly there: at least doubles, so a round count stays logarithmic.
+        assert_eq!(next_reps(5, 9.0), Some(10));
+        // A kernel that always reads 0 ms ends within a few rounds.
+        let (mut reps, mut rounds) = (3, 0);
+        while let Some(r) = next_reps(reps, 0.0) {
+            reps = r;
+            rounds += 1;
+        }
+        assert_eq!((reps, rounds), (MAX_REPS, 3));
+    }
 }
