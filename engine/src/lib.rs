@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod calibrate;
+pub mod compare;
 pub mod device;
 pub mod digest;
 pub mod eval;

@@ -115,7 +115,7 @@ pub struct Cell {
 }
 
 /// z for a two-sided 95% interval.
-const Z95: f64 = 1.959_963_984_540_054;
+pub const Z95: f64 = 1.959_963_984_540_054;
 
 /// The Wilson score interval for `k` successes in `n` trials (ref: Wilson 1927).
 pub fn wilson(k: usize, n: usize) -> (f64, f64) {

@@ -8,6 +8,7 @@
 
 mod payloads;
 
+use rexvqa_engine::compare::Comparison;
 use rexvqa_engine::eval::export::{ExportFile, RunExport};
 use rexvqa_engine::eval::{Answer, Settings};
 use rexvqa_engine::image::Policy;
@@ -261,6 +262,13 @@ pub enum Request {
         /// File names, one per attached file.
         names: Vec<String>,
     },
+    /// Compare two runs; the sides that are files come attached, A's first.
+    CompareRuns {
+        /// Run A.
+        a: CompareSide,
+        /// Run B (differences are B − A).
+        b: CompareSide,
+    },
     /// Time a few questions (whole studies) and project the scope's and the split's run time.
     Calibrate {
         /// Split name.
@@ -338,6 +346,7 @@ impl Request {
             Request::TestJournalCap { .. } => "TestJournalCap",
             Request::TestLoseDevice => "TestLoseDevice",
             Request::MergeShards { .. } => "MergeShards",
+            Request::CompareRuns { .. } => "CompareRuns",
             Request::Calibrate { .. } => "Calibrate",
             Request::Bench { .. } => "Bench",
             Request::UnpackCancel => "UnpackCancel",
@@ -466,6 +475,13 @@ pub enum Event {
     Calibration(CalibrationProgress),
     /// A report (of a finished run, a partial run, or merged shards).
     Report(Box<RunReport>),
+    /// Two runs compared.
+    Comparison {
+        /// The figures.
+        comparison: Box<Comparison>,
+        /// Its Markdown, CSV and JSON downloads, written in the worker (the CLI's bytes).
+        exports: Vec<ExportFile>,
+    },
     /// An export is ready to save.
     Export(ExportFile),
     /// A request failed.

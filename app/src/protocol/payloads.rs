@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// What the worker found about WebGPU.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct AdapterReport {
-    /// `vendor`, `architecture`, `device`, `description` joined for display.
+    /// What the page calls it ([`adapter_name`]).
     pub name: String,
     /// GPUAdapterInfo.vendor.
     pub vendor: String,
@@ -37,6 +37,52 @@ pub struct AdapterReport {
     pub features: Vec<String>,
     /// Whether a device with the adapter's limits was created.
     pub device_ok: bool,
+}
+
+/// How the page names an adapter: its maker as the maker writes it, the architecture, the
+/// browser's description where it gives one, and "(WebGPU)". Chrome gives only a vendor for
+/// most GPUs, and a bare "nvidia" read like a missing value.
+pub fn adapter_name(vendor: &str, architecture: &str, description: &str, fallback: bool) -> String {
+    let maker = match vendor.trim().to_ascii_lowercase().as_str() {
+        "nvidia" => "NVIDIA".to_string(),
+        "amd" | "ati" => "AMD".to_string(),
+        "arm" => "Arm".to_string(),
+        "" => String::new(),
+        v => capitalise(v),
+    };
+    let arch = match architecture.trim() {
+        a if a.eq_ignore_ascii_case("swiftshader") => "SwiftShader".to_string(),
+        a => capitalise(a),
+    };
+    let mut name = [maker, arch]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let description = description.trim();
+    if !description.is_empty() && !name.to_lowercase().contains(&description.to_lowercase()) {
+        name = if name.is_empty() {
+            description.to_string()
+        } else {
+            format!("{name} — {description}")
+        };
+    }
+    if name.is_empty() {
+        name = "unnamed adapter".into();
+    }
+    let kind = if fallback {
+        "WebGPU, software"
+    } else {
+        "WebGPU"
+    };
+    format!("{name} ({kind})")
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 /// A file kept in browser storage.
@@ -382,4 +428,47 @@ pub struct RunReport {
     pub source: ReportSource,
     /// The report.
     pub report: EvalReport,
+}
+
+/// One side of a comparison of two runs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CompareSide {
+    /// A run stored in this browser (its split must be open).
+    Run {
+        /// Run id.
+        run_id: String,
+    },
+    /// An attached leaderboard predictions file.
+    File {
+        /// File name.
+        name: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::adapter_name;
+
+    #[test]
+    fn adapters_are_named_as_their_makers_write_them() {
+        assert_eq!(adapter_name("nvidia", "", "", false), "NVIDIA (WebGPU)");
+        assert_eq!(
+            adapter_name("nvidia", "hopper", "", false),
+            "NVIDIA Hopper (WebGPU)"
+        );
+        assert_eq!(
+            adapter_name("google", "swiftshader", "", true),
+            "Google SwiftShader (WebGPU, software)"
+        );
+        assert_eq!(
+            adapter_name("apple", "metal-3", "Apple M2", false),
+            "Apple Metal-3 — Apple M2 (WebGPU)"
+        );
+        assert_eq!(
+            adapter_name("intel", "gen-12lp", "Intel", false),
+            "Intel Gen-12lp (WebGPU)"
+        );
+        assert_eq!(adapter_name("", "", "", false), "unnamed adapter (WebGPU)");
+    }
 }

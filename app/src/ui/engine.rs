@@ -85,6 +85,9 @@ pub struct Engine {
     in_flight: StoredValue<HashMap<RequestId, (Drives, Request)>>,
     /// The dataset last opened, with its files, to open again in a new worker.
     opened: StoredValue<Option<(Request, Vec<File>)>, LocalStorage>,
+    /// The user's own images last opened, with their files, to open again in a new worker
+    /// (they live only in the worker's memory: nothing identifying is written to storage).
+    own_opened: StoredValue<Option<(Request, Vec<File>)>, LocalStorage>,
     /// Counts the workers started: a replaced worker's late messages are dropped.
     generation: StoredValue<u64>,
     /// A new worker being brought back to where the lost one was.
@@ -139,6 +142,13 @@ pub struct Engine {
     pub quiz_report: RwSignal<Option<QuizReport>>,
     /// A reader-study table from merged result files.
     pub reader_study: RwSignal<Option<ReaderStudy>>,
+    /// The last comparison of two runs, with its downloads.
+    pub comparison: RwSignal<
+        Option<(
+            rexvqa_engine::compare::Comparison,
+            Vec<rexvqa_engine::eval::export::ExportFile>,
+        )>,
+    >,
     /// Errors to show, newest last.
     pub errors: RwSignal<Vec<String>>,
     /// Whether a request that blocks a panel is in flight (e.g. opening a dataset).
@@ -169,6 +179,7 @@ impl Engine {
             next_id: StoredValue::new(1),
             in_flight: StoredValue::new(HashMap::new()),
             opened: StoredValue::new_local(None),
+            own_opened: StoredValue::new_local(None),
             generation: StoredValue::new(0),
             recovering: StoredValue::new(None),
             device_loss: RwSignal::new(None),
@@ -201,6 +212,7 @@ impl Engine {
             saved_quiz: RwSignal::new(None),
             quiz_report: RwSignal::new(None),
             reader_study: RwSignal::new(None),
+            comparison: RwSignal::new(None),
             errors: RwSignal::new(Vec::new()),
             busy: RwSignal::new(None),
             fatal: RwSignal::new(None),
@@ -330,8 +342,14 @@ impl Engine {
                 m.insert(id, (d, req.clone()));
             });
         }
-        if matches!(req, Request::OpenDataset { .. }) {
-            self.opened.set_value(Some((req.clone(), files.to_vec())));
+        match req {
+            Request::OpenDataset { .. } => {
+                self.opened.set_value(Some((req.clone(), files.to_vec())))
+            }
+            Request::OpenOwnImages { .. } => self
+                .own_opened
+                .set_value(Some((req.clone(), files.to_vec()))),
+            _ => {}
         }
         let call = Call {
             id,

@@ -3,6 +3,7 @@
 
 mod about_panel;
 mod bench_panel;
+mod compare_panel;
 mod dataset_panel;
 pub mod engine;
 mod eval_panel;
@@ -21,6 +22,7 @@ use web_sys::KeyboardEvent;
 
 use about_panel::AboutPanel;
 use bench_panel::BenchPanel;
+use compare_panel::ComparePanel;
 use dataset_panel::DatasetPanel;
 use engine::Engine;
 use eval_panel::EvalPanel;
@@ -40,12 +42,17 @@ const TABS: [(&str, &str); 7] = [
     ("about", "About"),
 ];
 
+/// The tab on screen, for components that send the user to another tab.
+#[derive(Clone, Copy)]
+pub struct Tab(pub RwSignal<&'static str>);
+
 /// The application shell: header, tabs (arrow keys move between them), panels, errors.
 #[component]
 pub fn App() -> impl IntoView {
     let engine = Engine::start();
     provide_context(engine);
     let tab = RwSignal::new("model");
+    provide_context(Tab(tab));
     // Finishing a run or opening one shows its report.
     Effect::new(move |_| {
         if engine.report.get().is_some() {
@@ -93,12 +100,11 @@ pub fn App() -> impl IntoView {
                     <button class="secondary" on:click=move |_| engine.errors.set(Vec::new())>"Dismiss"</button>
                 </div>
             })}
-            <GpuPanel state=engine.gpu />
-            <div hidden=move || tab.get() != "model"><ModelPanel /><BenchPanel /></div>
+            <div hidden=move || tab.get() != "model"><GpuPanel state=engine.gpu /><ModelPanel /><BenchPanel /></div>
             <div hidden=move || tab.get() != "data"><DatasetPanel /></div>
             <div hidden=move || tab.get() != "study"><StudyPanel /></div>
             <div hidden=move || tab.get() != "eval"><EvalPanel /></div>
-            <div hidden=move || tab.get() != "report"><ReportPanel /></div>
+            <div hidden=move || tab.get() != "report"><ReportPanel /><ComparePanel /></div>
             <div hidden=move || tab.get() != "quiz"><QuizPanel /></div>
             <div hidden=move || tab.get() != "about"><AboutPanel /></div>
         </main>

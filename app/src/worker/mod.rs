@@ -3,10 +3,11 @@
 //! never freezes.
 //!
 //! This module only routes: each request goes to the module of its job ([`storage`], [`model`],
-//! [`dataset`], [`ask`], [`runs`], [`quiz`]); every event it causes, its error included, carries
+//! [`dataset`], [`ask`], [`runs`], [`compare`], [`quiz`]); every event it causes, its error included, carries
 //! its id, and [`Event::Done`] closes it.
 
 mod ask;
+mod compare;
 mod dataset;
 mod model;
 mod own;
@@ -113,6 +114,7 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), St
         Request::MergeShards { split, names } => {
             out.post(runs::merge(&split, names, attached).await?)
         }
+        Request::CompareRuns { a, b } => out.post(compare::compare(a, b, attached).await?),
         Request::Calibrate {
             split,
             scope,

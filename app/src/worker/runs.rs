@@ -5,6 +5,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use rexvqa_engine::compare::{RunPredictions, read_predictions};
 use rexvqa_engine::eval::export::{RunExport, RunFacts};
 use rexvqa_engine::eval::{self, Answer, Settings, run as eval_run, tally};
 use rexvqa_engine::rexvqa::{Scope, Split};
@@ -327,6 +328,17 @@ pub async fn report(run_id: String) -> Result<Event, String> {
     let s = state::split(&meta.split)?;
     let report = eval::report(&s, &answers, &meta.settings, meta.total);
     Ok(report_event(ReportSource::Run { run_id }, report))
+}
+
+/// A stored run's answers as predictions to compare, read back through its leaderboard file so
+/// that the run and its download compare the same.
+pub async fn predictions(run_id: &str) -> Result<RunPredictions, String> {
+    let (meta, answers) = read_run(run_id).await?;
+    let s = state::split(&meta.split).map_err(|e| format!("run {run_id}: {e}"))?;
+    let text =
+        serde_json::to_string(&eval::leaderboard(&s, &answers)).map_err(|e| e.to_string())?;
+    read_predictions(&format!("{run_id} ({})", meta.model), &text, Some(&s))
+        .map_err(|e| e.to_string())
 }
 
 /// A stored run as a file to save.

@@ -189,6 +189,10 @@ impl Engine {
                 }
             }
             Event::Report(r) => self.report.set(Some(*r)),
+            Event::Comparison {
+                comparison,
+                exports,
+            } => self.comparison.set(Some((*comparison, exports))),
             Event::Export(f) => {
                 if let Err(e) = save(&f.name, &f.mime, &f.text) {
                     self.error(format!(

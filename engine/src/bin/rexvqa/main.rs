@@ -17,6 +17,8 @@ use rexvqa_engine::session::{LoadOptions, Mode, Model, Session};
 use rexvqa_engine::tokenizer::Tokenizer;
 use rexvqa_engine::{own, picture};
 
+mod compare;
+
 #[derive(Parser)]
 #[command(
     name = "rexvqa",
@@ -352,6 +354,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare two runs' predictions: accuracy of each, paired difference with its 95 % CI and
+    /// McNemar's exact test (overall and per task), agreement, Cohen's κ, the questions that
+    /// differ.
+    Compare(compare::CompareArgs),
     /// Score quiz results files: one file gives the student's report, several a reader study.
     QuizReport {
         /// The split file the quizzes were drawn from.
@@ -947,6 +953,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 serde_json::to_string_pretty(&quiz).map_err(|e| e.to_string())?
             );
         }
+        Command::Compare(args) => compare::run(args)?,
         Command::QuizReport { split, files } => {
             use rexvqa_engine::quiz;
             let text = std::fs::read_to_string(&split).map_err(|e| err(&split, e))?;
