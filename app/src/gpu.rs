@@ -5,7 +5,7 @@ use js_sys::{Array, Function, Object, Promise, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::protocol::{AdapterReport, Event};
+use crate::protocol::{AdapterReport, Event, adapter_name};
 
 fn get(obj: &JsValue, key: &str) -> JsValue {
     Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
@@ -64,17 +64,13 @@ pub async fn probe() -> Event {
         .as_bool()
         .or_else(|| get(&adapter, "isFallbackAdapter").as_bool())
         .unwrap_or(false);
-    let parts: Vec<String> = ["vendor", "architecture", "device", "description"]
-        .iter()
-        .map(|k| get_str(&info, k))
-        .filter(|s| !s.is_empty())
-        .collect();
     let mut report = AdapterReport {
-        name: if parts.is_empty() {
-            "unnamed adapter".into()
-        } else {
-            parts.join(" / ")
-        },
+        name: adapter_name(
+            &get_str(&info, "vendor"),
+            &get_str(&info, "architecture"),
+            &get_str(&info, "description"),
+            fallback,
+        ),
         vendor: get_str(&info, "vendor"),
         architecture: get_str(&info, "architecture"),
         fallback,

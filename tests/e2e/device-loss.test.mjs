@@ -2,7 +2,8 @@
 // would) in the middle of an evaluation, with a question being answered beside it. The page
 // says so, starts a new worker, loads the model from browser storage, reopens the dataset and
 // carries on: the answer equals the CLI's, and the run ends with every question answered once
-// and the CLI's report.
+// and the CLI's report. A second loss, with a question about the user's own image in flight,
+// opens the image again and asks again, to the CLI's answer.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -20,6 +21,9 @@ const data = join(dir, 'rexvqa');
 const splitFile = join(data, 'metadata', 'test_vqa_data.json');
 execFileSync(BIN, ['synth', '--out', data, '--studies', '2', '--questions-per-study', '2', '--min-size', '200', '--max-size', '260', '--seed', '23']);
 execFileSync(BIN, ['eval', ...MODEL, '--split', splitFile, '--out', join(dir, 'pred.json')], { stdio: ['ignore', 'ignore', 'inherit'] });
+const OWN_IMAGE = join('tests', 'fixtures', 'pictures', 'gray8.jpg');
+const OWN_QUESTION = 'Is there a pneumothorax?';
+const OWN_OPTIONS = ['Yes, on the left', 'Yes, on the right', 'No', 'Cannot tell'];
 const t0 = Date.now();
 const mark = (what) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${what}`);
 
@@ -52,7 +56,7 @@ async function loseDevice(page) {
   await page.getByTestId('device-recovered').waitFor({ timeout: SLOW });
 }
 
-test('a GPU device lost mid-run and mid-answer is recovered without losing or repeating an answer', { timeout: 1_800_000 }, async () => {
+test('a GPU device lost mid-run, mid-answer and mid-own-image-answer is recovered without losing or repeating an answer', { timeout: 1_800_000 }, async () => {
   const { page, problems, offHost } = await openApp();
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
   await tab(page, 'model');
@@ -97,6 +101,30 @@ test('a GPU device lost mid-run and mid-answer is recovered without losing or re
     failed: Number(await page.getByTestId('report-failed').textContent()),
   };
   assert.deepEqual(shown, cliReport());
+
+  // A question about the user's own image in flight: the new worker opens the image again from
+  // its file and asks again, with the CLI's answer.
+  await page.getByTestId('device-lost').getByRole('button', { name: 'Dismiss' }).click();
+  await page.getByTestId('device-lost').waitFor({ state: 'detached' });
+  await tab(page, 'study');
+  const own = page.getByTestId('own-images');
+  await own.getByTestId('own-input').setInputFiles(OWN_IMAGE);
+  await own.getByTestId('own-item').first().waitFor();
+  await own.getByTestId('own-question').fill(OWN_QUESTION);
+  for (const [k, o] of OWN_OPTIONS.entries()) await own.getByTestId(`own-option-${'ABCD'[k]}`).fill(o);
+  await own.getByTestId('own-ask-fast').click();
+  await loseDevice(page);
+  mark('device lost with a question about an own image in flight; recovered');
+  assert.match(await page.getByTestId('device-recovered').textContent(), /question about your images is being asked again/);
+  await own.getByTestId('own-answer').waitFor({ timeout: SLOW * 2 });
+  const ownCli = JSON.parse(execFileSync(BIN, ['ask', ...MODEL, '--image', OWN_IMAGE, '--question', OWN_QUESTION,
+    ...OWN_OPTIONS.flatMap((o) => ['--option', o]), '--mode', 'fast', '--policy', 'window', '--json'], { encoding: 'utf8' }));
+  const ownLetter = (await own.getByTestId('own-letter').textContent()).trim();
+  const ownProbs = [];
+  for (const l of 'ABCD') ownProbs.push(Number((await own.getByTestId(`own-prob-${l}`).locator('.bar-value').textContent()).replace('%', '')) / 100);
+  console.log(`own image after a lost device: browser ${ownLetter} ${JSON.stringify(ownProbs)}; CLI ${ownCli.prediction} ${JSON.stringify(ownCli.probabilities)}`);
+  assert.equal(ownLetter, ownCli.prediction);
+  ownProbs.forEach((p, i) => assert.ok(Math.abs(p - ownCli.probabilities[i]) <= 0.0006, `P(${'ABCD'[i]})`));
 
   const unexpected = problems.filter((p) => !LOSS_NOISE.test(p));
   assert.deepEqual(unexpected, [], 'console errors');

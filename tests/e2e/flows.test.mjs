@@ -97,6 +97,15 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
     assert.equal(exported[id].correct_answer, rec.correct_answer, id);
   }
 
+  // The run stored in the browser compared with the CLI's predictions file: the same answers.
+  await page.getByTestId('compare-a-run').selectOption({ index: 1 });
+  await page.getByTestId('compare-b-file').setInputFiles(join(FIX, 'cli', 'pred.json'));
+  await page.getByTestId('compare-go').click();
+  await page.getByTestId('comparison').waitFor({ timeout: 30_000 });
+  assert.match(await page.getByTestId('compare-summary').textContent(), /— 9 questions in both; only in A: 0; only in B: 0;/);
+  assert.match(await page.getByTestId('compare-agreement').textContent(), /^Agreement 100\.00 % · Cohen's κ /);
+  assert.match(await page.getByTestId('compare-disagreements').locator('summary').textContent(), /^Answered differently \(0\)/);
+
   // The Markdown report names the exact weights: the files' SHA-256, as the CLI's report does.
   const [md] = await Promise.all([page.waitForEvent('download'), page.getByTestId('report-export-markdown').click()]);
   const mdText = readFileSync(await md.path(), 'utf8');
@@ -141,8 +150,9 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   await page.getByTestId('eval-count').filter({ hasText: /^[1-5] \/ 9/ }).waitFor({ timeout: SLOW });
   mark('reloading mid-run');
   await page.reload();
-  await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
+  // The adapter card is on the Model tab only.
   await tab(page, 'model');
+  await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
   await page.getByTestId('compute').selectOption('auto');
   await loadStoredModel(page);
   await openDataset(page);

@@ -1,6 +1,7 @@
 // End-to-end: "Your images" in the Study tab. Malformed files show their error in the page; two
 // DICOM files and a JPEG open as one study, with the identifying attributes in a collapsed
-// panel and the viewer at each DICOM file's own window (MONOCHROME1 shown inverted); a
+// panel and the viewer at each DICOM file's own window (MONOCHROME1 shown inverted), filling
+// the viewer however small the image, its reset bringing the window back; a
 // multiple-choice question in fast mode gets the letter and probabilities `rexvqa ask` prints
 // under the same policy, and the model's input is shown with the policy named; a free question
 // streams an answer. No request leaves 127.0.0.1.
@@ -70,6 +71,36 @@ test('your own DICOM and JPEG files: errors, viewer window, identifying panel, s
   const greys = [await meanGrey(0), await meanGrey(1)];
   console.log(`mean grey on screen: ${greys.map((g) => g.toFixed(1)).join(', ')}`);
   assert.ok(Math.abs(greys[0] - 88) < 8 && Math.abs(greys[1] - (255 - 97)) < 8, `${greys}`);
+  // A 48×40 image fills the 420-px viewer (it showed at 48×40 before): the lit part of the
+  // viewer's screenshot spans nearly its width.
+  const litWidth = async (i) => page.evaluate(async (b64) => {
+    const bmp = await createImageBitmap(new Blob([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], { type: 'image/png' }));
+    const g = new OffscreenCanvas(bmp.width, bmp.height).getContext('2d');
+    g.drawImage(bmp, 0, 0);
+    const d = g.getImageData(0, 0, bmp.width, bmp.height).data;
+    let [lo, hi] = [bmp.width, -1];
+    for (let k = 0; k < d.length; k += 4) {
+      if (d[k] + d[k + 1] + d[k + 2] === 0) continue;
+      const x = (k / 4) % bmp.width;
+      [lo, hi] = [Math.min(lo, x), Math.max(hi, x)];
+    }
+    return (hi - lo + 1) / bmp.width;
+  }, (await views.nth(i).locator('.viewport').screenshot()).toString('base64'));
+  const dims = await views.nth(0).locator('figcaption').textContent();
+  const lit = await litWidth(0);
+  console.log(`viewer: ${dims.match(/\d+×\d+/)?.[0]} image lit across ${(100 * lit).toFixed(0)} % of the viewport`);
+  assert.ok(lit > 0.9, `lit across ${lit}`);
+  // Reset view brings the window/level back with the zoom and pan.
+  const win = views.nth(0).getByTestId('xray-window');
+  const level = views.nth(0).getByTestId('xray-level');
+  await win.fill('500');
+  await level.fill('100');
+  assert.deepEqual([await win.inputValue(), await level.inputValue()], ['500', '100']);
+  await views.nth(0).locator('.viewport').focus();
+  await page.keyboard.press('+');
+  await views.nth(0).getByTestId('xray-reset').click();
+  assert.deepEqual([await win.inputValue(), await level.inputValue()], ['3000', '2048']);
+  assert.match(await views.nth(0).locator('canvas').getAttribute('style'), /scale\(1\)/);
   await page.screenshot({ path: join(SHOTS, 'own-images.png'), fullPage: true });
   mark('images open');
 

@@ -133,7 +133,8 @@ try {
     const delay = Math.floor(random() * 400);
     await page.waitForTimeout(delay);
     await page.reload();
-    await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ timeout: 120_000 });
+    // Attached, not visible: the adapter card is on the Model tab only.
+    await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ state: 'attached', timeout: 120_000 });
 
     const files = Object.values(await journals(page));
     assert.equal(files.length, 1, 'one run journal');

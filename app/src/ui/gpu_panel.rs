@@ -25,6 +25,7 @@ pub fn GpuPanel(state: RwSignal<GpuState>) -> impl IntoView {
                         <dt>"Software fallback"</dt><dd data-testid="gpu-fallback">{if r.fallback { "yes" } else { "no" }}</dd>
                         <dt>"shader-f16"</dt><dd data-testid="gpu-f16">{if r.shader_f16 { "yes" } else { "no" }}</dd>
                         <dt>"subgroups"</dt><dd data-testid="gpu-subgroups">{if r.subgroups { "yes" } else { "no" }}</dd>
+                        <dt>"subgroup matrix"</dt><dd data-testid="gpu-subgroup-matrix">{if r.features.iter().any(|f| f.ends_with("subgroup-matrix")) { "yes" } else { "no" }}</dd>
                         <dt>"Max buffer"</dt><dd data-testid="gpu-max-buffer">{mib(r.max_buffer_size)}</dd>
                         <dt>"Max storage binding"</dt><dd data-testid="gpu-max-binding">{mib(r.max_storage_binding)}</dd>
                         <dt>"Workgroup storage"</dt><dd>{format!("{} KiB", r.max_workgroup_storage / 1024.0)}</dd>

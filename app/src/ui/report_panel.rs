@@ -11,6 +11,11 @@ use super::engine::Engine;
 use crate::protocol::{ReportSource, Request};
 use rexvqa_engine::eval::export::RunExport;
 
+/// Height of one task's row in the chart (its name above its bar).
+const ROW: usize = 38;
+/// Width of a 100 % bar.
+const BAR: f64 = 340.0;
+
 fn pct(x: f64) -> String {
     format!("{:.2}", 100.0 * x)
 }
@@ -91,19 +96,29 @@ pub fn ReportPanel() -> impl IntoView {
                                 <tr><td>{t.clone()}</td><td>{pct(c.accuracy)}</td><td>{ci(c)}</td><td>{c.n}</td><td>{fig("paper", t)}</td><td>{fig("leaderboard", t)}</td></tr>
                             }).collect_view()}</tbody>
                         </table>
-                        <svg class="chart" viewBox=format!("0 0 420 {}", 24 * r.official.per_task.len() + 10) role="img" aria-label="accuracy per task">
+                        <svg class="chart" data-testid="report-chart" viewBox=format!("0 0 420 {}", ROW * r.official.per_task.len() + 6) role="img" aria-label="accuracy per task, with 95% intervals">
                             {r.official.per_task.iter().enumerate().map(|(i, (t, c))| {
-                                let y = 24 * i + 5;
+                                // The task's full name on its own line, the bar under it: the
+                                // longest name ("Location and Distribution Assessment") fits.
+                                let y = ROW * i + 2;
+                                let x = |v: f64| format!("{:.1}", BAR * v);
                                 let paper = refs["paper"]["tasks"][t].as_f64();
+                                let mid = y + 23;
                                 view! {
-                                    <text x="0" y=y + 14 font-size="11">{t.chars().take(24).collect::<String>()}</text>
-                                    <rect x="160" y=y width=format!("{:.1}", 220.0 * c.accuracy) height="16" class="bar-fill"></rect>
-                                    {paper.map(|p| view! { <line x1=format!("{:.1}", 160.0 + 220.0 * p) x2=format!("{:.1}", 160.0 + 220.0 * p) y1=y y2=y + 16 class="ref-line"></line> })}
-                                    <text x="385" y=y + 14 font-size="11">{format!("{:.0}%", 100.0 * c.accuracy)}</text>
+                                    <g>
+                                        <title>{format!("{t}: {}% (95% CI {}), n = {}", pct(c.accuracy), ci(c), c.n)}</title>
+                                        <text x="0" y=y + 11 font-size="11">{t.clone()}</text>
+                                        <rect x="0" y=y + 16 width=x(c.accuracy) height="14" class="bar-fill"></rect>
+                                        <line class="whisker" x1=x(c.ci_low) x2=x(c.ci_high) y1=mid y2=mid></line>
+                                        <line class="whisker" x1=x(c.ci_low) x2=x(c.ci_low) y1=mid - 5 y2=mid + 5></line>
+                                        <line class="whisker" x1=x(c.ci_high) x2=x(c.ci_high) y1=mid - 5 y2=mid + 5></line>
+                                        {paper.map(|p| view! { <line x1=x(p) x2=x(p) y1=y + 13 y2=y + 33 class="ref-line"></line> })}
+                                        <text x="350" y=y + 27 font-size="11">{format!("{:.0}%", 100.0 * c.accuracy)}</text>
+                                    </g>
                                 }
                             }).collect_view()}
                         </svg>
-                        <p class="hint">"Bars: this run. Ticks: the paper's MedGemma figure (private test)."</p>
+                        <p class="hint">"Bars: this run, with its 95% interval. Ticks: the paper's MedGemma figure (private test)."</p>
                         <h3>"Per category"</h3>
                         <table class="grid">
                             <thead><tr><th>"category"</th><th>"accuracy %"</th><th>"95% CI"</th><th>"n"</th></tr></thead>

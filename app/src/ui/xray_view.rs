@@ -1,5 +1,5 @@
 //! One radiograph on a canvas with window/level on the original 16-bit values, zoom (wheel or
-//! +/-), pan (drag or arrow keys) and reset (double-click or 0). It opens at the image's own
+//! +/-), pan (drag or arrow keys) and reset of all three (double-click or 0). It opens at the image's own
 //! min..max, or at a window the caller gives (a DICOM file's Window Center/Width), and can
 //! show the image inverted (DICOM MONOCHROME1, where low values are white).
 
@@ -100,9 +100,14 @@ pub fn XrayView(
             });
         }
     });
+    // Back to how it opened: zoom, pan and the window/level.
     let reset = move || {
         zoom.set(1.0);
         pan.set((0.0, 0.0));
+        if let Some((l, w)) = opened_at.get_untracked() {
+            level.set(l);
+            window.set(w);
+        }
     };
     let on_key = move |ev: KeyboardEvent| {
         let step = 40.0 / zoom.get_untracked();
@@ -133,15 +138,17 @@ pub fn XrayView(
                 on:pointerup=move |_| drag.set(None)
                 on:pointerleave=move |_| drag.set(None)
                 on:dblclick=move |_| reset()>
-                <canvas node_ref=canvas style=move || { let (x, y) = pan.get(); format!("transform: scale({}) translate({x}px, {y}px)", zoom.get()) }></canvas>
+                // Drawn to fill the viewport whatever its size: a 48×40 image is enlarged (with
+                // square pixels, not blurred), as a large one is reduced.
+                <canvas node_ref=canvas class:small=move || pixels.get().is_some_and(|(w, h, _)| w.max(h) < 420) style=move || { let (x, y) = pan.get(); format!("transform: scale({}) translate({x}px, {y}px)", zoom.get()) }></canvas>
                 {move || pixels.get().is_none().then(|| view! { <p class="hint">"Decoding…"</p> })}
             </div>
             <figcaption>
                 {view_name.clone()} " "
                 {move || pixels.get().map(|(w, h, b)| format!("{w}×{h}, {b}-bit"))}
-                <label>" Window " <input type="range" min="1" max=move || range.get().1 step="1" prop:value=move || window.get() on:input=move |ev| window.set(event_target_value(&ev).parse().unwrap_or(1.0)) /></label>
-                <label>" Level " <input type="range" min="0" max=move || range.get().1 step="1" prop:value=move || level.get() on:input=move |ev| level.set(event_target_value(&ev).parse().unwrap_or(0.0)) /></label>
-                <button class="secondary" on:click=move |_| reset()>"Reset view"</button>
+                <label>" Window " <input type="range" data-testid="xray-window" min="1" max=move || range.get().1 step="1" prop:value=move || window.get() on:input=move |ev| window.set(event_target_value(&ev).parse().unwrap_or(1.0)) /></label>
+                <label>" Level " <input type="range" data-testid="xray-level" min="0" max=move || range.get().1 step="1" prop:value=move || level.get() on:input=move |ev| level.set(event_target_value(&ev).parse().unwrap_or(0.0)) /></label>
+                <button class="secondary" data-testid="xray-reset" on:click=move |_| reset()>"Reset view"</button>
             </figcaption>
         </figure>
     }

@@ -2,7 +2,8 @@
 //! runtime opens one device per wasm instance, so the page replaces the worker: the new one
 //! loads the stored model again, opens the same dataset, and then carries on with what was
 //! running (an evaluation resumes from its journal, so at most the question in progress is
-//! asked again and none is counted twice; an answer in progress is asked again).
+//! asked again and none is counted twice; an answer in progress is asked again, the user's own
+//! images opened again first).
 
 use std::collections::HashSet;
 
@@ -49,12 +50,15 @@ pub(super) struct Recovering {
 
 /// What a request in flight becomes in the new worker: the evaluation resumes its run (the
 /// start of a run that already has a journal included), answers, the benchmark and the
-/// calibration run again; loads are redone by the restore itself, and an import needs its
+/// calibration run again (a question about the user's own images too, after they are opened
+/// again); loads are redone by the restore itself, and an import needs its
 /// files picked again (the copy resumes where it stopped).
 fn replay(drives: Drives, req: &Request, run_id: Option<&str>) -> Option<Request> {
     match (drives, req) {
         (Drives::Eval, _) => run_id.map(|id| Request::EvalResume { run_id: id.into() }),
-        (Drives::Ask | Drives::Free | Drives::Bench | Drives::Calibration, r) => Some(r.clone()),
+        (Drives::Ask | Drives::Free | Drives::Own | Drives::Bench | Drives::Calibration, r) => {
+            Some(r.clone())
+        }
         _ => None,
     }
 }
@@ -118,7 +122,11 @@ impl Engine {
         if let Some(load) = load {
             waiting.insert(self.call_with(&load, &[]));
         }
-        if let Some((open, files)) = self.opened.get_value() {
+        // The dataset and the user's own images, opened again from the files they came from.
+        for (open, files) in [self.opened.get_value(), self.own_opened.get_value()]
+            .into_iter()
+            .flatten()
+        {
             waiting.insert(self.call_with(&open, &files));
         }
         for name in dropped {
@@ -187,6 +195,7 @@ fn describe(then: &[Request]) -> String {
         .map(|r| match r {
             Request::EvalResume { .. } => "the evaluation resumed from its last saved answer",
             Request::Ask { .. } | Request::AskFree { .. } => "the question is being asked again",
+            Request::AskOwn { .. } => "the question about your images is being asked again",
             Request::Bench { .. } => "the benchmark restarted",
             Request::Calibrate { .. } => "the calibration restarted",
             _ => "a request was sent again",
