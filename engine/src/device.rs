@@ -28,11 +28,7 @@ impl BackendKind {
 #[error("no usable GPU adapter: {0}")]
 pub struct DeviceError(pub String);
 
-/// Whether `device` queues work for a GPU (wgpu/WebGPU) rather than running each operation on
-/// the CPU as it is called (flex).
-pub fn queues_work(device: &Device) -> bool {
-    !matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_))
-}
+pub use crate::quant::ops::queues_work;
 
 /// The adapter behind a GPU device, as the kernels see it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -67,16 +67,7 @@ impl OptionScores {
     }
 }
 
-/// Index of the largest value (first on ties, like `torch.argmax`).
-pub fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best
-}
+pub use crate::model::nn::argmax;
 
 fn softmax(v: &[f32]) -> Vec<f32> {
     let m = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);

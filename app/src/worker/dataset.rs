@@ -178,25 +178,10 @@ pub fn question(split: &str, id: &str) -> Result<Event, String> {
     Ok(Event::Question(d))
 }
 
-/// Posts `d`'s samples (u16, channels interleaved) as the viewer's image `path`.
-pub(super) fn post_pixels(out: &Replies, path: &str, d: &image::Decoded) {
-    let arr = js_sys::Uint16Array::from(&d.samples[..]);
-    out.post_with_buffer(
-        Event::Image {
-            path: path.into(),
-            width: d.width,
-            height: d.height,
-            bits: d.bits,
-            channels: d.channels,
-        },
-        &arr.buffer(),
-    );
-}
-
 /// Posts an image's decoded samples (u16, channels interleaved) for the viewer.
 pub async fn image(out: Replies, path: &str) -> Result<(), String> {
     let bytes = FileStore::current().read(path).await?;
     let d = image::decode(&bytes).map_err(|e| format!("{path}: {e}"))?;
-    post_pixels(&out, path, &d);
+    out.post_pixels(path, &d);
     Ok(())
 }

@@ -5,23 +5,16 @@
 
 use rexvqa_engine::image::{Decoded, Policy};
 use rexvqa_engine::own::{self, OwnStudy};
-use rexvqa_engine::picture::{self, Picture};
+use rexvqa_engine::picture;
 use rexvqa_engine::session::{Mode, Session};
 use web_sys::File;
 
-use super::dataset::post_pixels;
 use super::reply::Replies;
-use super::state::{self, PerfClock};
+use super::state::{self, Opened, PerfClock};
 use crate::io::{now_ms, read_blob};
 use crate::protocol::{AskTarget, Event, OwnImage};
 use rexvqa_engine::eval::Answer;
 use rexvqa_engine::rexvqa::Letter;
-
-/// One opened file that decoded.
-pub struct Opened {
-    bytes: Vec<u8>,
-    picture: Picture,
-}
 
 /// Decodes the attached files as the user's study (replacing the previous one).
 pub async fn open(out: Replies, names: Vec<String>, files: Vec<File>) -> Result<(), String> {
@@ -38,7 +31,7 @@ pub async fn open(out: Replies, names: Vec<String>, files: Vec<File>) -> Result<
         match decoded {
             Ok((bytes, picture)) => {
                 let path = OwnStudy::path(opened.len());
-                post_pixels(&out, &path, &picture.pixels);
+                out.post_pixels(&path, &picture.pixels);
                 listed.push(OwnImage {
                     name,
                     path: Some(path),
@@ -92,7 +85,7 @@ pub fn inputs(out: Replies, policy: Policy) -> Result<(), String> {
             .collect()
     })?;
     for (i, (_, d)) in made.iter().enumerate() {
-        post_pixels(&out, &format!("own-input/{i}"), d);
+        out.post_pixels(&format!("own-input/{i}"), d);
     }
     let side = made.first().map_or(0, |(_, d)| d.width);
     out.post(Event::OwnInputs {

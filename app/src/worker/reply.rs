@@ -46,6 +46,21 @@ impl Replies {
         let _ = scope().post_message_with_transfer(&o, &Array::of1(buffer));
     }
 
+    /// Posts `d`'s samples (u16, channels interleaved) as the viewer's image `path`.
+    pub fn post_pixels(&self, path: &str, d: &rexvqa_engine::image::Decoded) {
+        let arr = js_sys::Uint16Array::from(&d.samples[..]);
+        self.post_with_buffer(
+            Event::Image {
+                path: path.into(),
+                width: d.width,
+                height: d.height,
+                bits: d.bits,
+                channels: d.channels,
+            },
+            &arr.buffer(),
+        );
+    }
+
     /// Posts an error: what was being done and what went wrong.
     pub fn fail(&self, context: &str, message: impl ToString) {
         self.post(Event::Error {

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use rexvqa_engine::eval::{Clock, ImageStore};
+use rexvqa_engine::picture::Picture;
 use rexvqa_engine::rexvqa::Split;
 use rexvqa_engine::session::{Model, StudyCache};
 use wasm_bindgen::JsCast;
@@ -15,6 +16,14 @@ use web_sys::File;
 use crate::io::{now_ms, read_blob};
 use crate::protocol::{Compute, DatasetSummary};
 use crate::unpack::{self, ImageIndex};
+
+/// One of the user's own files that decoded (kept in memory only).
+pub struct Opened {
+    /// The file's bytes.
+    pub bytes: Vec<u8>,
+    /// What it decoded to.
+    pub picture: Picture,
+}
 
 /// Controls of the running evaluation, read between groups of questions.
 pub struct EvalCtl {
@@ -82,7 +91,7 @@ pub struct State {
     /// question reuses the first's image features and prompt prefix instead of encoding again.
     pub study: Option<(String, StudyCache)>,
     /// The user's own images (bytes and decoded pictures; memory only, never stored).
-    pub own: Vec<super::own::Opened>,
+    pub own: Vec<Opened>,
     /// What questions about the user's images share (image features, prompt prefix), under
     /// the policy that made it: the prompt prefix's KV state holds that policy's image
     /// features, and the same question under another policy has the same tokens.

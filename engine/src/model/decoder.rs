@@ -696,7 +696,7 @@ impl Decoder {
         let t = hidden.dims()[0];
         let last = hidden.slice([t - 1..t, 0..self.cfg.hidden]);
         let logits = super::nn::read_f32(self.logits(last)).await?;
-        let id = crate::session::argmax(&logits) as u32;
+        let id = super::nn::argmax(&logits) as u32;
         crate::launches::note_upload();
         Ok(Tensor::<1, Int>::from_data(
             TensorData::new(vec![id], [1]),

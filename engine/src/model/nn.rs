@@ -216,3 +216,14 @@ pub async fn read_f32<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>, super::M
         .try_into_vec::<f32>()
         .map_err(|e| super::ModelError::Readback(format!("{e:?}")))
 }
+
+/// Index of the largest value (first on ties, like `torch.argmax`).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best
+}

@@ -19,6 +19,13 @@ use super::kernels::{
 use super::pack::{dequantize_packed, pack_rows, row_words};
 use crate::gguf::GgmlType;
 
+/// Whether `device` queues work for a GPU (wgpu/WebGPU) rather than running each operation on
+/// the CPU as it is called (flex). Here, below [`crate::device`], which re-exports it: the
+/// kernel choice needs it, and the device module needs the kernel choice's probes.
+pub fn queues_work(device: &Device) -> bool {
+    !matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_))
+}
+
 /// Which device kernel multiplies by a quantised matrix (the CPU path ignores it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -1108,7 +1115,7 @@ impl QMatrix {
         };
         let out = match self.chunks.as_slice() {
             [one] => product(one),
-            chunks if !crate::device::queues_work(&x_device) => {
+            chunks if !queues_work(&x_device) => {
                 Tensor::cat(chunks.iter().map(product).collect(), 1)
             }
             // Each chunk writes its columns of one output: the 4B's 17-chunk head is 17
@@ -1201,7 +1208,7 @@ impl QMatrix {
             return None;
         };
         let kernel = resolve(&device, kernel, x.dims()[0]);
-        if !crate::device::queues_work(&device) || (gelu && kernel == Kernel::Tiled) {
+        if !queues_work(&device) || (gelu && kernel == Kernel::Tiled) {
             return None;
         }
         let out = Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul_fused(
@@ -1279,7 +1286,7 @@ impl QMatrix {
             .chunks
             .split_first()
             .expect("a matrix has at least one chunk");
-        if !crate::device::queues_work(&ids.device()) {
+        if !queues_work(&ids.device()) {
             return rest.iter().fold(gather(first), |a, c| a + gather(c));
         }
         // Each later chunk writes the rows it holds into the first chunk's output: a lookup
