@@ -344,11 +344,11 @@ fn the_wgpu_adapter_is_described_as_the_kernels_see_it() {
 #[test]
 fn wgpu_attention_reads_kv_cache_views_as_contiguous_keys() {
     use burn::tensor::{Distribution, Tensor, TensorData};
-    use rexvqa_engine::model::{attention::attention, decode_attention, fused};
+    use rexvqa_engine::model::attention::{Kernel, attention};
     let dev = gpu();
     for (heads, kv, t, s, cap, d) in [(4, 2, 5, 37, 256, 64), (8, 4, 1, 300, 512, 256)] {
         assert!(
-            fused::is_supported(&dev, d) || decode_attention::is_supported(&dev, t, d),
+            Kernel::Fused.supports(&dev, t, d) || Kernel::Decode.supports(&dev, t, d),
             "({t} rows, d {d}) must take a fused kernel here"
         );
         let q = Tensor::<3>::random([heads, t, d], Distribution::Normal(0.0, 1.0), &dev);

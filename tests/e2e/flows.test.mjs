@@ -150,9 +150,9 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
   await page.getByTestId('eval-count').filter({ hasText: /^[1-5] \/ 9/ }).waitFor({ timeout: SLOW });
   mark('reloading mid-run');
   await page.reload();
-  // The adapter card is on the Model tab only.
+  // Attached, not visible: the adapter card is on the Model tab only.
+  await page.getByTestId('gpu-ready').waitFor({ state: 'attached', timeout: 60_000 });
   await tab(page, 'model');
-  await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
   await page.getByTestId('compute').selectOption('auto');
   await loadStoredModel(page);
   await openDataset(page);

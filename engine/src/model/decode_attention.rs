@@ -14,16 +14,15 @@
 //! ~30 000 keys. Prefill (many rows) keeps the blocked path, whose matmuls reuse each key across
 //! queries.
 
+use burn::backend::Flex;
 use burn::backend::backend_extension;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Dispatch, Flex};
-use burn::tensor::{DType, Tensor as BurnTensor};
+use burn::tensor::DType;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
 use super::fused_rows::{ROW_THREADS, workgroup_max, workgroup_sum};
-use crate::quant::forms::{self, Form};
 
 /// Widest head the kernel takes: one invocation per output channel.
 pub const MAX_HEAD_DIM: usize = ROW_THREADS as usize;
@@ -198,38 +197,4 @@ impl DecodeAttentionOps for CubeBackend {
         );
         out
     }
-}
-
-/// Whether attention of `t` query rows with head size `d` on this device takes this kernel:
-/// a GPU device, few rows, `d ≤ 256`, and the device self-test left the form on.
-pub fn is_supported(device: &burn::tensor::Device, t: usize, d: usize) -> bool {
-    t <= MAX_ROWS
-        && d <= MAX_HEAD_DIM
-        && crate::device::queues_work(device)
-        && forms::enabled(Form::DecodeAttention)
-}
-
-/// Decode attention: `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, additive
-/// `mask [t, s]`.
-pub fn attention(
-    q: BurnTensor<3>,
-    k: BurnTensor<3>,
-    v: BurnTensor<3>,
-    mask: Option<BurnTensor<2>>,
-    groups: usize,
-    scale: f32,
-) -> BurnTensor<3> {
-    let has_mask = mask.is_some();
-    // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.
-    let mask = mask.map_or_else(|| q.clone().into_dispatch(), |m| m.into_dispatch());
-    let out = BurnTensor::<3>::from_dispatch(<Dispatch as DecodeAttentionOps>::decode_attention(
-        q.into_dispatch(),
-        k.into_dispatch(),
-        v.into_dispatch(),
-        mask,
-        has_mask,
-        groups,
-        scale,
-    ));
-    forms::perturb(Form::DecodeAttention, out)
 }

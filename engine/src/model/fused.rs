@@ -11,15 +11,13 @@
 // CubeCL needs a variable declared before runtime branches assign it.
 #![allow(unused_assignments)]
 
+use burn::backend::Flex;
 use burn::backend::backend_extension;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Dispatch, Flex};
-use burn::tensor::{DType, Tensor as BurnTensor};
+use burn::tensor::DType;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
-
-use crate::quant::forms::{self, Form};
 
 /// Query rows per workgroup.
 const WORKGROUP: u32 = 64;
@@ -243,36 +241,3 @@ pub(super) fn kv_rows(k: CubeTensor, v: CubeTensor) -> (CubeTensor, CubeTensor, 
 /// steeply (4.6 s at 128). Gemma 3 4B's decoder (256) uses the blocked path; SigLIP's 72
 /// takes this one.
 pub const MAX_HEAD_DIM: usize = 128;
-
-/// Whether attention with head size `d` on this device takes the fused kernel (GPU) or the
-/// blocked path (CPU, or heads wider than [`MAX_HEAD_DIM`]).
-/// Also false once the device self-test turned the kernel off.
-pub fn is_supported(device: &burn::tensor::Device, d: usize) -> bool {
-    d <= MAX_HEAD_DIM
-        && *device != burn::tensor::Device::flex()
-        && forms::enabled(Form::FusedAttention)
-}
-
-/// Fused attention: `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, additive `mask [t, s]`.
-pub fn attention(
-    q: BurnTensor<3>,
-    k: BurnTensor<3>,
-    v: BurnTensor<3>,
-    mask: Option<BurnTensor<2>>,
-    groups: usize,
-    scale: f32,
-) -> BurnTensor<3> {
-    let has_mask = mask.is_some();
-    // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.
-    let mask = mask.map_or_else(|| q.clone().into_dispatch(), |m| m.into_dispatch());
-    let out = BurnTensor::<3>::from_dispatch(<Dispatch as AttentionOps>::fused_attention(
-        q.into_dispatch(),
-        k.into_dispatch(),
-        v.into_dispatch(),
-        mask,
-        has_mask,
-        groups,
-        scale,
-    ));
-    forms::perturb(Form::FusedAttention, out)
-}

@@ -5,9 +5,8 @@
 use burn::tensor::{Tensor, TensorData};
 
 use crate::model::ModelError;
-use crate::model::attention::{blocked_attention, expand_kv};
+use crate::model::attention::{Kernel, blocked_attention, expand_kv};
 use crate::model::nn::read_f32;
-use crate::model::{decode_attention, fused};
 
 /// `(heads, groups, t, s, d)`: query heads, query heads per KV head, queries, keys, head size.
 pub type Shape = (usize, usize, usize, usize, usize);
@@ -15,9 +14,9 @@ pub type Shape = (usize, usize, usize, usize, usize);
 /// Which attention implementation to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
-    /// The fused kernel ([`fused::attention`], GPU only).
+    /// The fused kernel ([`Kernel::Fused`], GPU only).
     Fused,
-    /// The decode kernel ([`decode_attention::attention`], GPU only).
+    /// The decode kernel ([`Kernel::Decode`], GPU only).
     Decode,
     /// Materialised scores ([`blocked_attention`], every device).
     Blocked,
@@ -91,8 +90,8 @@ pub async fn max_error_vs_f64(
         tensor(&v, [kv, s, d]),
     );
     let out = match path {
-        Path::Fused => fused::attention(qt, kt, vt, mask_t, groups, scale),
-        Path::Decode => decode_attention::attention(qt, kt, vt, mask_t, groups, scale),
+        Path::Fused => Kernel::Fused.run(qt, kt, vt, mask_t, groups, scale),
+        Path::Decode => Kernel::Decode.run(qt, kt, vt, mask_t, groups, scale),
         Path::Blocked => blocked_attention(
             qt,
             expand_kv(kt, groups),
