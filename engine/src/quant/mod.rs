@@ -3,6 +3,19 @@
 //! Each `dequantize_*` follows ggml's `dequantize_row_*` (ref: ggml/src/ggml-quants.c) operation
 //! for operation, including the order of float multiplications, so the f32 results are identical
 //! bit for bit. The device kernels are tested against these functions.
+//!
+//! # Adding a block type
+//! 1. [`crate::gguf::types`]: its row in `TABLE` (id, block size, bytes) and its name in
+//!    `GgmlType::is_supported` (the "supported:" error text is built from that list).
+//! 2. Here: its `dequantize_*` in [`dequantize`]'s match, ggml's order of operations kept, and
+//!    its f16 fields in `f16_fields` (the kernels' `half` forms widen them).
+//! 3. [`dot`]: a `Blocks` impl and its arm in `dot_rows` (the CPU path).
+//! 4. [`kernels`]: its id in `ty` and its branch in the block decoder (the GPU path); [`ops`]:
+//!    its arm in `by_type!`. [`pack`] needs nothing unless its blocks are not whole `u32` words
+//!    (then note it where Q6_K, Q8_0 and Q5_0 are).
+//! 5. `tests/reference/dequant_golden.py`: the type in `TYPES`; regenerate the golden. The
+//!    native tests (`dequant_gguf_py`, `qkernels`) and the device self-test then cover it on
+//!    the CPU and on every GPU form with no further code.
 
 use half::{bf16, f16};
 
@@ -20,9 +33,7 @@ pub mod pack;
 #[derive(Debug, thiserror::Error)]
 pub enum QuantError {
     /// The type has no dequantiser in this engine.
-    #[error(
-        "tensor type {0} is not supported (supported: F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K)"
-    )]
+    #[error("tensor type {0} is not supported (supported: {list})", list = supported_names())]
     Unsupported(GgmlType),
     /// Byte and weight counts disagree.
     #[error("{ty}: {bytes} bytes cannot hold exactly {weights} weights")]
@@ -197,6 +208,15 @@ fn q6_k(b: &[u8], y: &mut [f32]) {
 
 #[cfg(test)]
 mod tests;
+
+/// The types this engine reads, as GGUF names them, comma-separated.
+pub fn supported_names() -> String {
+    GgmlType::all()
+        .filter(|t| t.is_supported())
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Byte offsets of the f16 scale fields inside one block of `ty`.
 pub(crate) fn f16_fields(ty: GgmlType) -> &'static [usize] {

@@ -139,3 +139,12 @@ fn random_blocks_are_finite_for_every_supported_type() {
         assert!(y.iter().any(|v| *v != 0.0), "{ty}");
     }
 }
+
+#[test]
+fn an_unsupported_type_names_every_supported_one() {
+    let e = QuantError::Unsupported(GgmlType::Q4_1).to_string();
+    assert_eq!(
+        e,
+        "tensor type Q4_1 is not supported (supported: F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16)"
+    );
+}
