@@ -152,6 +152,27 @@ pub fn agresti_min(both: usize, a_only: usize, b_only: usize, neither: usize) ->
     ((d - Z95 * se).max(-1.0), (d + Z95 * se).min(1.0))
 }
 
+impl Paired {
+    /// The table's cells after the group's name, as the Markdown export and the page show
+    /// them: n, A %, B %, B − A and its interval in points, the discordant counts, p.
+    pub fn cells(&self) -> [String; 8] {
+        [
+            self.n.to_string(),
+            pct(self.accuracy_a),
+            pct(self.accuracy_b),
+            format!("{:+.2}", 100.0 * self.difference),
+            format!(
+                "{:+.2} to {:+.2}",
+                100.0 * self.ci_low,
+                100.0 * self.ci_high
+            ),
+            self.a_only.to_string(),
+            self.b_only.to_string(),
+            p_value(self.mcnemar_p),
+        ]
+    }
+}
+
 /// The exact two-sided McNemar test: `min(1, 2·P(X ≤ min(b, c)))` for X ~ Binomial(b + c, ½).
 /// The terms are summed in logs, so 40,000 discordant pairs neither overflow nor underflow
 /// before they matter.
@@ -316,7 +337,8 @@ fn pct(x: f64) -> String {
     format!("{:.2}", 100.0 * x)
 }
 
-fn letter(l: Option<Letter>) -> String {
+/// An answer as the tables write it: the letter, or "failed" for a failed extraction.
+pub fn answer_text(l: Option<Letter>) -> String {
     l.map_or_else(|| "failed".to_string(), |l| l.to_string())
 }
 
@@ -354,18 +376,7 @@ impl Comparison {
         );
         s.push_str("|---|---:|---:|---:|---:|---|---:|---:|---:|\n");
         for (name, p) in self.rows() {
-            s.push_str(&format!(
-                "| {name} | {} | {} | {} | {:+.2} | {:+.2} to {:+.2} | {} | {} | {} |\n",
-                p.n,
-                pct(p.accuracy_a),
-                pct(p.accuracy_b),
-                100.0 * p.difference,
-                100.0 * p.ci_low,
-                100.0 * p.ci_high,
-                p.a_only,
-                p.b_only,
-                p_value(p.mcnemar_p),
-            ));
+            s.push_str(&format!("| {name} | {} |\n", p.cells().join(" | ")));
         }
         if !self.disagreements.is_empty() {
             s.push_str(&format!(
@@ -378,8 +389,8 @@ impl Comparison {
                     d.id,
                     d.task,
                     d.correct.map_or(String::new(), |l| l.to_string()),
-                    letter(d.a),
-                    letter(d.b)
+                    answer_text(d.a),
+                    answer_text(d.b)
                 ));
             }
         }

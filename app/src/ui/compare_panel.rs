@@ -4,9 +4,8 @@
 //! opening in the study viewer; exports as Markdown, CSV and JSON.
 
 use leptos::prelude::*;
-use rexvqa_engine::compare::{Comparison, Paired};
+use rexvqa_engine::compare::{Comparison, Paired, answer_text};
 use rexvqa_engine::eval::export::ExportFile;
-use rexvqa_engine::rexvqa::Letter;
 use web_sys::{File, HtmlInputElement};
 
 use super::Tab;
@@ -18,22 +17,6 @@ const LISTED: usize = 200;
 
 fn pct(x: f64) -> String {
     format!("{:.2}", 100.0 * x)
-}
-
-fn pp(x: f64) -> String {
-    format!("{:+.2}", 100.0 * x)
-}
-
-fn p_value(p: f64) -> String {
-    if p < 1e-4 {
-        format!("{p:.1e}")
-    } else {
-        format!("{p:.4}")
-    }
-}
-
-fn letter(l: Option<Letter>) -> String {
-    l.map_or_else(|| "failed".to_string(), |l| l.to_string())
 }
 
 /// One side's picker: a stored run, or a file.
@@ -117,25 +100,20 @@ pub fn ComparePanel() -> impl IntoView {
             <SidePicker label="Run A" id="a" run=run_a file=file_a file_name=name_a />
             <SidePicker label="Run B" id="b" run=run_b file=file_b file_name=name_b />
             <button data-testid="compare-go" prop:disabled=move || !ready() on:click=go>"Compare"</button>
-            {move || engine.comparison.get().map(|(c, exports)| view! { <ComparisonView c=c exports=exports /> })}
+            {move || engine.comparison.get().map(|(c, exports)| view! { <ComparisonView cv=c exports=exports /> })}
         </section>
     }
 }
 
 /// One row of the paired table.
-fn paired_row(name: String, p: Paired) -> impl IntoView {
-    view! {
-        <tr>
-            <td>{name}</td><td>{p.n}</td><td>{pct(p.accuracy_a)}</td><td>{pct(p.accuracy_b)}</td>
-            <td>{pp(p.difference)}</td><td>{format!("{} to {}", pp(p.ci_low), pp(p.ci_high))}</td>
-            <td>{p.a_only}</td><td>{p.b_only}</td><td>{p_value(p.mcnemar_p)}</td>
-        </tr>
-    }
+fn paired_row(name: String, p: &Paired) -> impl IntoView + use<> {
+    let cells = p.cells().map(|c| view! { <td>{c}</td> });
+    view! { <tr><td>{name}</td>{cells}</tr> }
 }
 
 /// A comparison's tables, lists and downloads.
 #[component]
-fn ComparisonView(c: Comparison, exports: Vec<ExportFile>) -> impl IntoView {
+fn ComparisonView(cv: Comparison, exports: Vec<ExportFile>) -> impl IntoView {
     let engine = expect_context::<Engine>();
     let tab = expect_context::<Tab>();
     let buttons = exports
@@ -158,7 +136,6 @@ fn ComparisonView(c: Comparison, exports: Vec<ExportFile>) -> impl IntoView {
         engine.send(&Request::GetQuestion { split, id });
         tab.0.set("study");
     };
-    let cv = c;
     let summary = format!(
         "A: {} · B: {} — {} questions in both; only in A: {}; only in B: {}; unanswerable in A: {}, in B: {}; without ground truth: {}; failed extractions: A {}, B {}",
         cv.a,
@@ -186,7 +163,7 @@ fn ComparisonView(c: Comparison, exports: Vec<ExportFile>) -> impl IntoView {
             <div class="row">{buttons}</div>
             <table class="grid" data-testid="compare-table">
                 <thead><tr><th>"group"</th><th>"n"</th><th>"A %"</th><th>"B %"</th><th>"B − A (pp)"</th><th>"95% CI (pp)"</th><th>"right in A only"</th><th>"right in B only"</th><th>"McNemar p (exact)"</th></tr></thead>
-                <tbody>{cv.rows().map(|(name, p)| paired_row(name.to_string(), *p)).collect_view()}</tbody>
+                <tbody>{cv.rows().map(|(name, p)| paired_row(name.to_string(), p)).collect_view()}</tbody>
             </table>
             <details data-testid="compare-disagreements" open={n_diff > 0 && n_diff <= 20}>
                 <summary>{format!("Answered differently ({n_diff}{})", if n_diff > LISTED { format!("; the first {LISTED} here, all in the exports") } else { String::new() })}</summary>
@@ -200,7 +177,7 @@ fn ComparisonView(c: Comparison, exports: Vec<ExportFile>) -> impl IntoView {
                                 <td><button class="link mono" prop:disabled=move || !can_open() on:click=move |_| open(id.clone())>{d.id.clone()}</button></td>
                                 <td>{d.task.clone()}</td>
                                 <td>{d.correct.map(|l| l.to_string()).unwrap_or_default()}</td>
-                                <td>{letter(d.a)}</td><td>{letter(d.b)}</td>
+                                <td>{answer_text(d.a)}</td><td>{answer_text(d.b)}</td>
                             </tr>
                         }
                     }).collect_view()}</tbody>
