@@ -28,7 +28,7 @@ impl BackendKind {
 #[error("no usable GPU adapter: {0}")]
 pub struct DeviceError(pub String);
 
-pub use crate::quant::ops::queues_work;
+pub use crate::kernels::queues_work;
 
 /// The adapter behind a GPU device, as the kernels see it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -42,7 +42,7 @@ pub struct Adapter {
     /// 16-bit float arithmetic in shaders (WebGPU's `shader-f16`).
     pub shader_f16: bool,
     /// The kernels widen f16 numbers with the adapter's f16 type: it has shader-f16 and widens
-    /// every finite f16 exactly ([`crate::quant::ops::probe_native_half`]).
+    /// every finite f16 exactly ([`crate::quant::probe::probe_native_half`]).
     #[serde(default)]
     pub native_half: bool,
 }
@@ -56,9 +56,9 @@ pub fn adapter(device: &Device) -> Option<Adapter> {
             Some(Adapter {
                 name: props.identity.name.clone(),
                 software: props.identity.physical.is_none(),
-                subgroups: crate::quant::ops::subgroups(device) == Some(true),
-                shader_f16: crate::quant::ops::shader_f16(device) == Some(true),
-                native_half: crate::quant::ops::native_half_in_use(),
+                subgroups: crate::quant::choice::subgroups(device) == Some(true),
+                shader_f16: crate::quant::choice::shader_f16(device) == Some(true),
+                native_half: crate::quant::choice::native_half_in_use(),
             })
         }
         _ => None,
@@ -92,7 +92,7 @@ pub fn wgpu() -> Result<Device, DeviceError> {
                 .init_with_setup()
                 .map_err(|e| DeviceError(format!("{e:?}")))?;
             let _ = QUEUE.set(setup.queue);
-            pollster::block_on(crate::quant::ops::probe_native_half(&d));
+            pollster::block_on(crate::quant::probe::probe_native_half(&d));
             Ok(d)
         })
         .clone()
@@ -115,7 +115,7 @@ pub async fn wgpu_async() -> Result<Device, DeviceError> {
     let (d, setup) = result.map_err(|e| DeviceError(format!("{e:?}")))?;
     WGPU_DEVICE.with(|w| *w.borrow_mut() = Some(setup.device));
     WGPU_QUEUE.with(|w| *w.borrow_mut() = Some(setup.queue));
-    crate::quant::ops::probe_native_half(&d).await;
+    crate::quant::probe::probe_native_half(&d).await;
     Ok(DEVICE.get_or_init(|| d).clone())
 }
 

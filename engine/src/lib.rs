@@ -9,6 +9,7 @@ pub mod digest;
 pub mod eval;
 pub mod gguf;
 pub mod image;
+pub mod kernels;
 pub mod launches;
 pub mod model;
 pub mod own;

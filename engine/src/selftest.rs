@@ -1,6 +1,6 @@
 //! The device self-test: on the opened device, every kernel form an automatic choice may take,
 //! against the CPU reference with the conformance bounds, then one forward of a tiny built-in
-//! model against the CPU. A form that fails is turned off ([`crate::quant::forms`]) with the
+//! model against the CPU. A form that fails is turned off ([`crate::kernels::forms`]) with the
 //! reason, so the automatic choices take the next form; if what remains cannot run the model
 //! the report says so ([`Report::usable`]) and the caller runs the model on the CPU.
 //!
@@ -38,15 +38,16 @@ use burn::tensor::{Device, Int, Tensor};
 use crate::device::Adapter;
 use crate::eval::Clock;
 use crate::gguf::{GgmlType, Gguf, SliceSource};
+use crate::kernels::forms::{self, Disabled, Form};
+use crate::kernels::{decode_attention, fused_attention as fused};
 use crate::model::ModelError;
 use crate::model::config::TextConfig;
 use crate::model::decoder::Decoder;
 use crate::model::load::Loader;
-use crate::model::{decode_attention, fused, synthetic};
+use crate::model::synthetic;
 use crate::pair::PairHeaders;
 use crate::quant::conformance::{self, Measured, gather_error, matmul_error};
-use crate::quant::forms::{self, Disabled, Form};
-use crate::quant::ops::{GEMV_MAX_M, Half, Kernel};
+use crate::quant::{GEMV_MAX_M, Half, Kernel};
 
 /// What to check: the weight types and attention head widths of the model to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -192,7 +193,7 @@ impl Report {
 /// The matmul kernels the automatic choice takes now on `device` ("naive for decoding, tiled
 /// for prefill").
 fn in_use(device: &Device) -> String {
-    use crate::quant::ops::resolve;
+    use crate::quant::resolve;
     if !crate::device::queues_work(device) {
         return "the CPU path".into();
     }
@@ -304,7 +305,7 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
     // The native f16 form through the decoding kernel the automatic choice now takes, so a
     // broken kernel is not blamed on the f16 form.
     if Half::available(device).contains(&Half::Native) {
-        let kernel = crate::quant::ops::resolve(device, Kernel::Auto, 3);
+        let kernel = crate::quant::resolve(device, Kernel::Auto, 3);
         for (i, &ty) in plan.types.iter().enumerate().filter(|(_, t)| has_half(**t)) {
             let r = matmul_error(device, kernel, Half::Native, ty, 3, N, K, i as u64).await;
             let name = format!("f16_native.{}", snake_ty(ty));
@@ -375,13 +376,13 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
         // joined gate and up with the GELU in the decode product.
         let pair = [GgmlType::Q4_K, GgmlType::Q6_K];
         for m in [3, GEMV_MAX_M + 1] {
-            let kernel = crate::quant::ops::resolve(device, Kernel::Auto, m);
+            let kernel = crate::quant::resolve(device, Kernel::Auto, m);
             let r = conformance::stacked_error(device, kernel, Half::Auto, pair, m, [N, 5], K, 400)
                 .await;
             let name = format!("stacked.{}", snake(kernel));
             timed(&mut checks, check(name, Some(Form::StackedProduct), r));
         }
-        let kernel = crate::quant::ops::resolve(device, Kernel::Auto, 1);
+        let kernel = crate::quant::resolve(device, Kernel::Auto, 1);
         let r = conformance::gelu_product_error(
             device,
             kernel,

@@ -459,7 +459,7 @@ impl<'m> Session<'m> {
         // ahead only adds that wasted step, so there the step follows the check.
         // Without the device argmax (turned off by the self-test) each id is read back anyway.
         let run_ahead = crate::device::queues_work(decoder.device())
-            && crate::quant::forms::enabled(crate::quant::forms::Form::DeviceArgmax);
+            && crate::kernels::forms::enabled(crate::kernels::forms::Form::DeviceArgmax);
         let mut pending = decoder.next_token(h).await?;
         let mut out = Vec::new();
         for step in 0..max_new {

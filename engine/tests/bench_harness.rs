@@ -117,7 +117,7 @@ fn a_text_only_model_gets_the_text_figures() {
 fn the_kernel_survey_times_every_type_and_variant() {
     use rexvqa_engine::bench::kernel_survey;
     use rexvqa_engine::gguf::GgmlType;
-    use rexvqa_engine::quant::ops::{Half, Kernel};
+    use rexvqa_engine::quant::{Half, Kernel};
     let types = GgmlType::all().filter(|t| t.is_supported()).count();
     let clock = Wall(std::time::Instant::now());
     let cpu =
@@ -242,7 +242,7 @@ fn dry_runs_count_what_real_runs_do() {
 #[test]
 fn the_device_sync_waits_for_queued_work() {
     use rexvqa_engine::gguf::GgmlType;
-    use rexvqa_engine::quant::ops::{Half, Kernel, MAX_CHUNK_BYTES, QMatrix};
+    use rexvqa_engine::quant::{Half, Kernel, MAX_CHUNK_BYTES, QMatrix};
     let _gpu = gpu_lock();
     let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     let (rows, cols, m) = (1024, 1024, 256);

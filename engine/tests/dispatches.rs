@@ -1,5 +1,5 @@
 //! GPU dispatches per decoded token, counted with CubeCL's launch observer: with the fused
-//! row kernels ([`rexvqa_engine::model::fused_rows`]) and the decode attention kernel, and with
+//! row kernels ([`rexvqa_engine::kernels::rows`]) and the decode attention kernel, and with
 //! their forms turned off (composed burn ops, blocked attention), for the tiny MedGemma-shaped
 //! model (head width 32: the fused attention kernel either way) and Gemma 3 270M (head width
 //! 256, as MedGemma 4B's decoder) on lavapipe.
@@ -15,8 +15,8 @@ use burn::tensor::{Device, Tensor};
 use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
 use rexvqa_engine::device;
 use rexvqa_engine::gguf::FileSource;
+use rexvqa_engine::kernels::forms::{self, Form};
 use rexvqa_engine::model::trace::{self, Tap, Tracer};
-use rexvqa_engine::quant::forms::{self, Form};
 use rexvqa_engine::session::{LoadOptions, Model};
 
 /// Every kernel launch, in order, by short name.

@@ -9,10 +9,8 @@ use rexvqa_engine::quant::conformance::{
     GELU_PRODUCT_TOLERANCE, cases, check_half_forms_agree, check_matmul, gelu_product_error,
     stacked_error,
 };
-use rexvqa_engine::quant::ops::{
-    Half, Kernel, QMatrix, allow_software_subgroups, native_half_exact,
-};
 use rexvqa_engine::quant::random_blocks;
+use rexvqa_engine::quant::{Half, Kernel, QMatrix, allow_software_subgroups, native_half_exact};
 use rexvqa_engine::selftest::attention::{self, DECODE_CASES};
 use rexvqa_engine::selftest::rows;
 

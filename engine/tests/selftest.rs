@@ -9,9 +9,9 @@ use std::time::Instant;
 use rexvqa_engine::device;
 use rexvqa_engine::eval::Clock;
 use rexvqa_engine::gguf::{GgmlType, Gguf, SliceSource};
+use rexvqa_engine::kernels::forms::{self, Form};
 use rexvqa_engine::pair::PairHeaders;
-use rexvqa_engine::quant::forms::{self, Form};
-use rexvqa_engine::quant::ops::{Kernel, allow_software_subgroups, resolve};
+use rexvqa_engine::quant::{Kernel, allow_software_subgroups, resolve};
 use rexvqa_engine::selftest::{self, Plan, Report};
 
 /// The disabled forms and injected faults are process-wide: tests that touch them take turns.

@@ -82,7 +82,7 @@ mod model_in_browser {
     use rexvqa_engine::image::Policy;
     use rexvqa_engine::model::nn::read_f32;
     use rexvqa_engine::quant::conformance::{cases, check_matmul};
-    use rexvqa_engine::quant::ops::{Half, Kernel};
+    use rexvqa_engine::quant::{Half, Kernel};
     use rexvqa_engine::rexvqa::{Letter, prompt};
     use rexvqa_engine::selftest::rows;
     use rexvqa_engine::session::{LoadOptions, Model, Session};
@@ -424,8 +424,8 @@ mod model_in_browser {
     #[wasm_bindgen_test]
     async fn the_selftest_passes_on_webgpu_and_catches_and_avoids_an_injected_fault() {
         use rexvqa_engine::gguf::GgmlType;
-        use rexvqa_engine::quant::forms;
-        use rexvqa_engine::quant::ops::resolve;
+        use rexvqa_engine::kernels::forms;
+        use rexvqa_engine::quant::resolve;
         use rexvqa_engine::selftest::{self, Plan};
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
         // A Q4_K_M MedGemma's matrix types and head widths: what the app checks.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use js_sys::Reflect;
 use rexvqa_engine::device::{self, Device};
-use rexvqa_engine::quant::forms;
+use rexvqa_engine::kernels::forms;
 use rexvqa_engine::selftest::{self, Plan, Report};
 
 use super::state::PerfClock;

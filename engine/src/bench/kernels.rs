@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::sync_device;
 use crate::eval::Clock;
 use crate::model::ModelError;
-use crate::quant::ops::{GEMV_MAX_M, Half, Kernel, QMatrix};
+use crate::quant::{GEMV_MAX_M, Half, Kernel, QMatrix};
 use crate::rng::SplitMix64;
 
 /// One weight matrix multiplied by `m` input rows with one kernel.
@@ -138,7 +138,7 @@ pub async fn kernel_survey(
             rows,
             cols,
             device,
-            crate::quant::ops::MAX_CHUNK_BYTES,
+            crate::quant::MAX_CHUNK_BYTES,
         )
         .map_err(|source| ModelError::Quant {
             tensor: format!("survey {ty} {rows}×{cols}"),

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::eval::Clock;
 use crate::launches::{self, Counts};
 use crate::model::ModelError;
-use crate::quant::ops::{Half, Kernel};
+use crate::quant::{Half, Kernel};
 use crate::rexvqa::synth::synthetic_xray;
 use crate::rexvqa::{Letter, prompt};
 use crate::rng::SplitMix64;

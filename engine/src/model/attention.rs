@@ -1,17 +1,13 @@
-//! Scaled dot-product attention: the dispatch between the fused GPU kernels ([`super::fused`],
-//! [`super::decode_attention`]) and blocked GEMMs (the CPU), GQA head expansion, and the decoder's segmented form in which
-//! several independent continuations of one cache share a pass.
+//! Scaled dot-product attention: the dispatch between the fused GPU kernels
+//! ([`crate::kernels::attention`]) and blocked GEMMs (the CPU), GQA head expansion, and the
+//! decoder's segmented form in which several independent continuations of one cache share a pass.
 
 use std::ops::Range;
 
 use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
 
-use burn::backend::Dispatch;
-use burn::backend::tensor::FloatTensor;
-
-use super::{decode_attention, fused};
-use crate::quant::forms::{self, Form};
+pub use crate::kernels::attention::Kernel;
 
 /// Rows of queries processed at once in attention, so the score matrix of one block stays
 /// well under a storage-buffer binding (128 MiB on many WebGPU adapters).
@@ -40,79 +36,6 @@ pub fn attention(
         }
     }
     blocked_attention(q, expand_kv(k, groups), expand_kv(v, groups), mask, scale)
-}
-
-/// The fused GPU attention kernels, each a backend extension of the same signature.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernel {
-    /// One workgroup per query row ([`fused`]): heads up to [`fused::MAX_HEAD_DIM`] wide.
-    Fused,
-    /// A few query rows over a long cache ([`decode_attention`]): heads up to
-    /// [`decode_attention::MAX_HEAD_DIM`] wide, at most [`decode_attention::MAX_ROWS`] rows.
-    Decode,
-}
-
-/// A kernel as its backend extension declares it: `q`, `k`, `v`, the mask (any f32 buffer when
-/// there is none), whether there is one, groups, scale.
-type KernelOp = fn(
-    FloatTensor<Dispatch>,
-    FloatTensor<Dispatch>,
-    FloatTensor<Dispatch>,
-    FloatTensor<Dispatch>,
-    bool,
-    usize,
-    f32,
-) -> FloatTensor<Dispatch>;
-
-impl Kernel {
-    /// Whether attention of `t` query rows with head size `d` on `device` takes this kernel:
-    /// a GPU device, the kernel's limits, and the device self-test left its form on.
-    pub fn supports(self, device: &burn::tensor::Device, t: usize, d: usize) -> bool {
-        let fits = match self {
-            Kernel::Fused => d <= fused::MAX_HEAD_DIM,
-            Kernel::Decode => {
-                t <= decode_attention::MAX_ROWS && d <= decode_attention::MAX_HEAD_DIM
-            }
-        };
-        fits && crate::device::queues_work(device) && forms::enabled(self.form())
-    }
-
-    /// The form the self-test checks and may turn off.
-    fn form(self) -> Form {
-        match self {
-            Kernel::Fused => Form::FusedAttention,
-            Kernel::Decode => Form::DecodeAttention,
-        }
-    }
-
-    /// Runs the kernel; shapes as [`attention`]'s. GPU devices only ([`Kernel::supports`]).
-    pub fn run(
-        self,
-        q: Tensor<3>,
-        k: Tensor<3>,
-        v: Tensor<3>,
-        mask: Option<Tensor<2>>,
-        groups: usize,
-        scale: f32,
-    ) -> Tensor<3> {
-        let op: KernelOp = match self {
-            Kernel::Fused => <Dispatch as fused::AttentionOps>::fused_attention,
-            Kernel::Decode => <Dispatch as decode_attention::DecodeAttentionOps>::decode_attention,
-        };
-        let has_mask = mask.is_some();
-        // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.
-        let mask = mask.map_or_else(|| q.clone().into_dispatch(), |m| m.into_dispatch());
-        let out = Tensor::<3>::from_dispatch(op(
-            q.into_dispatch(),
-            k.into_dispatch(),
-            v.into_dispatch(),
-            mask,
-            has_mask,
-            groups,
-            scale,
-        ));
-        forms::perturb(self.form(), out)
-    }
 }
 
 /// Attention through materialised scores, `rows` queries at a time (KV heads expanded).

@@ -9,18 +9,18 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use super::ModelError;
 use super::attention::segmented_attention;
 use super::config::TextConfig;
-use super::fused_rows;
 use super::kv_cache::{KvCache, LayerKv};
 use super::load::Loader;
 use super::names::{self, Block, blk};
 use super::nn::{
-    add_rms_norm_then_norm, gelu_mul, gelu_mul_halves, rms_norm, rms_norm_rope, rope_table,
+    self, add_rms_norm_then_norm, gelu_mul, gelu_mul_halves, rms_norm, rms_norm_rope, rope_table,
     rope_tables,
 };
 use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
-use crate::quant::forms::{self, Form};
-use crate::quant::ops::QMatrix;
+use crate::kernels::forms::{self, Form};
+use crate::kernels::{self, rows as fused_rows};
+use crate::quant::QMatrix;
 use crate::tokenizer::ids;
 
 /// A layer's query, key and value projections, joined at load where their types allow, so one
@@ -148,7 +148,7 @@ enum Rope {
 
 impl Rope {
     fn new(device: &Device, positions: &[usize], head_dim: usize, base: f32, scale: f32) -> Rope {
-        if fused_rows::is_supported(device, Form::FusedRope) {
+        if kernels::runs(device, Form::FusedRope) {
             Rope::Joined(rope_table(positions, head_dim, base, scale, device))
         } else {
             let (cos, sin) = rope_tables(positions, head_dim, base, scale, device);
@@ -695,8 +695,8 @@ impl Decoder {
         }
         let t = hidden.dims()[0];
         let last = hidden.slice([t - 1..t, 0..self.cfg.hidden]);
-        let logits = super::nn::read_f32(self.logits(last)).await?;
-        let id = super::nn::argmax(&logits) as u32;
+        let logits = nn::read_f32(self.logits(last)).await?;
+        let id = nn::argmax(&logits) as u32;
         crate::launches::note_upload();
         Ok(Tensor::<1, Int>::from_data(
             TensorData::new(vec![id], [1]),

@@ -5,7 +5,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 
 use super::ModelError;
 use crate::gguf::{GgmlType, Gguf, RangeSource, TensorInfo};
-use crate::quant::ops::{MAX_CHUNK_BYTES, QMatrix};
+use crate::quant::{MAX_CHUNK_BYTES, QMatrix};
 use crate::quant::{QuantError, dequantize_vec};
 
 /// Host bytes read per chunk; also the largest device buffer a weight chunk takes.

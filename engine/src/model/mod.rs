@@ -11,11 +11,8 @@
 
 pub mod attention;
 pub mod config;
-pub mod decode_attention;
 pub mod decoder;
 pub mod footprint;
-pub mod fused;
-pub mod fused_rows;
 pub mod kv_cache;
 pub mod load;
 pub mod names;

@@ -2,19 +2,19 @@
 //! its transformers counterpart operation for operation.
 //!
 //! Each building block has a composed form (burn ops, the CPU's path and the reference) and,
-//! on GPU devices, a fused kernel ([`super::fused_rows`]) that computes the same formula in
+//! on GPU devices, a fused kernel ([`crate::kernels::rows`]) that computes the same formula in
 //! one dispatch; the plain names choose between them (the fused one unless the device
 //! self-test turned its form off).
 
 use burn::tensor::{Tensor, TensorData};
 
-use super::fused_rows;
-use crate::quant::forms::Form;
+use crate::kernels::forms::Form;
+use crate::kernels::{self, rows as fused_rows};
 
 /// Gemma RMSNorm over the last dimension: `x / sqrt(mean(x²) + eps) · w`, where `w` already
 /// holds HF's `1 + weight` (folded in by the GGUF converter).
 pub fn rms_norm<const D: usize>(x: Tensor<D>, w: &Tensor<1>, eps: f32) -> Tensor<D> {
-    if fused_rows::is_supported(&x.device(), Form::FusedNorm) {
+    if kernels::runs(&x.device(), Form::FusedNorm) {
         return fused_rows::rms_norm(x, w, None, eps);
     }
     rms_norm_composed(x, w, eps)
@@ -27,7 +27,7 @@ pub fn add_rms_norm<const D: usize>(
     w: &Tensor<1>,
     eps: f32,
 ) -> Tensor<D> {
-    if fused_rows::is_supported(&x.device(), Form::FusedNorm) {
+    if kernels::runs(&x.device(), Form::FusedNorm) {
         return fused_rows::rms_norm(x, w, Some(residual), eps);
     }
     residual + rms_norm_composed(x, w, eps)
@@ -42,7 +42,7 @@ pub fn add_rms_norm_then_norm<const D: usize>(
     w2: &Tensor<1>,
     eps: f32,
 ) -> (Tensor<D>, Tensor<D>) {
-    if fused_rows::is_supported(&x.device(), Form::FusedNorm) {
+    if kernels::runs(&x.device(), Form::FusedNorm) {
         return fused_rows::add_rms_norm_then_norm(residual, x, w, w2, eps);
     }
     let h = residual + rms_norm_composed(x, w, eps);
@@ -65,7 +65,7 @@ pub fn rms_norm_rope(
     sin: &Tensor<3>,
     eps: f32,
 ) -> Tensor<3> {
-    if fused_rows::is_supported(&x.device(), Form::FusedRope) {
+    if kernels::runs(&x.device(), Form::FusedRope) {
         return fused_rows::rms_norm_rope(x, w, cos, sin, eps);
     }
     apply_rope(rms_norm_composed(x, w, eps), cos, sin)
@@ -73,7 +73,7 @@ pub fn rms_norm_rope(
 
 /// LayerNorm over the last dimension with weight and bias (SigLIP).
 pub fn layer_norm(x: Tensor<2>, w: &Tensor<1>, b: &Tensor<1>, eps: f32) -> Tensor<2> {
-    if fused_rows::is_supported(&x.device(), Form::FusedLayerNorm) {
+    if kernels::runs(&x.device(), Form::FusedLayerNorm) {
         return fused_rows::layer_norm(x, w, b, eps);
     }
     layer_norm_composed(x, w, b, eps)
@@ -90,7 +90,7 @@ pub fn layer_norm_composed(x: Tensor<2>, w: &Tensor<1>, b: &Tensor<1>, eps: f32)
 
 /// GELU with the tanh approximation (PyTorch `gelu(approximate="tanh")`, `gelu_pytorch_tanh`).
 pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    if fused_rows::is_supported(&x.device(), Form::FusedGelu) {
+    if kernels::runs(&x.device(), Form::FusedGelu) {
         return fused_rows::gelu(x, None);
     }
     gelu_tanh_composed(x)
@@ -98,7 +98,7 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 
 /// `gelu_tanh(gate) · up`: Gemma's gated MLP.
 pub fn gelu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
-    if fused_rows::is_supported(&gate.device(), Form::FusedGelu) {
+    if kernels::runs(&gate.device(), Form::FusedGelu) {
         return fused_rows::gelu(gate, Some(up));
     }
     gelu_tanh_composed(gate) * up
@@ -106,7 +106,7 @@ pub fn gelu_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
 
 /// `gelu_tanh(gate) · up` for `x [t, 2f]` holding gate then up (one matrix product of both).
 pub fn gelu_mul_halves(x: Tensor<2>) -> Tensor<2> {
-    if fused_rows::is_supported(&x.device(), Form::FusedGelu) {
+    if kernels::runs(&x.device(), Form::FusedGelu) {
         return fused_rows::gelu_halves(x);
     }
     gelu_mul_halves_composed(x)
@@ -122,7 +122,7 @@ pub fn gelu_mul_halves_composed(x: Tensor<2>) -> Tensor<2> {
 
 /// [`gelu_tanh`] as burn ops.
 pub fn gelu_tanh_composed<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    use crate::quant::kernels::{GELU_CUBIC, SQRT_2_OVER_PI, TANH_SATURATED};
+    use crate::kernels::quant::{GELU_CUBIC, SQRT_2_OVER_PI, TANH_SATURATED};
     // tanh is ±1 in f32 beyond |9.02|, so clamping first changes no result; SwiftShader's tanh
     // returns NaN past ~44 (exp overflow), which FFN gate values above ~9.5 reach (found by the
     // device self-test's tiny forward: NaN from the first FFN, 2026-11-24).

@@ -9,7 +9,7 @@ use super::load::Loader;
 use super::names;
 use super::nn::rms_norm;
 use crate::gguf::RangeSource;
-use crate::quant::ops::QMatrix;
+use crate::quant::QMatrix;
 
 /// The projector's weights (`mm.*`).
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use super::nn::{gelu_tanh, layer_norm};
 use super::projector::Projector;
 use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
-use crate::quant::ops::QMatrix;
+use crate::quant::QMatrix;
 
 /// LayerNorm with weight and bias (`<name>.weight`, `<name>.bias`).
 #[derive(Debug, Clone)]

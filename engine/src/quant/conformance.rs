@@ -4,7 +4,8 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::ops::{Half, Kernel, QMatrix, u32_tensor};
+use super::qmatrix::u32_tensor;
+use super::{Half, Kernel, QMatrix};
 use super::{dequantize_vec, random_blocks};
 use crate::gguf::GgmlType;
 use crate::rng::SplitMix64;

@@ -1,13 +1,13 @@
-//! Conformance of the fused row kernels ([`crate::model::fused_rows`]) and of their composed
+//! Conformance of the fused row kernels ([`crate::kernels::rows`]) and of their composed
 //! forms ([`crate::model::nn`]) on a device against an f64 evaluation of the same random
 //! inputs. Shared by the self-test and the native and browser tests.
 
 use burn::tensor::{Tensor, TensorData};
 
+use crate::kernels::forms::Form;
+use crate::kernels::rows as fused_rows;
 use crate::model::ModelError;
-use crate::model::fused_rows;
 use crate::model::nn::{self, read_f32};
-use crate::quant::forms::Form;
 
 /// A fused operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -283,7 +283,7 @@ fn selftest(
     json: bool,
     inject_fault: Option<String>,
 ) -> Result<(), String> {
-    use rexvqa_engine::quant::forms::{self, Form};
+    use rexvqa_engine::kernels::forms::{self, Form};
     use rexvqa_engine::selftest;
     if let Some(name) = inject_fault {
         let form: Form = serde_json::from_value(serde_json::Value::String(name.clone()))

@@ -136,7 +136,7 @@ fn attention_kernel(
     }
 }
 
-/// Attention as one fused kernel (GPU backends only; see [`is_supported`]).
+/// Attention as one fused kernel (GPU backends only; see [`super::attention::Kernel::supports`]).
 #[backend_extension(Cube, Flex)]
 pub trait AttentionOps: burn::backend::Backend {
     /// `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, `mask` `[t, s]` (0 or −∞) →

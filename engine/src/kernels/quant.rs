@@ -1,6 +1,6 @@
-//! CubeCL kernels that read GGUF blocks (in the padded layout of [`super::pack`]) directly:
+//! CubeCL kernels that read GGUF blocks (in the padded layout of [`crate::quant::pack`]) directly:
 //! a dequantising matrix multiply and a dequantising row gather. Each weight is decoded with
-//! the same integer and float operations as [`super::dequantize`], so a kernel differs from
+//! the same integer and float operations as [`crate::quant::dequantize`], so a kernel differs from
 //! "dequantise on the CPU, then multiply in f32" only by summation order. Every kernel comes in
 //! two forms that widen the f16 numbers of the blocks (F16 weights, block scales) differently:
 //! in integer arithmetic, which any adapter runs, or by reading the same buffer as f16 values

@@ -1,7 +1,7 @@
 //! Attention for a few query rows at head widths up to 256 (Gemma 3's decoder decoding), one
 //! dispatch: one workgroup per query row and head.
 //!
-//! Why: [`super::fused`] keeps a query row and its accumulator in one invocation's registers,
+//! Why: [`super::fused_attention`] keeps a query row and its accumulator in one invocation's registers,
 //! which caps the head width at 128, so MedGemma 4B's decoder (256) took the blocked path:
 //! about 13 dispatches per layer and token (a KV-head expansion copy, two matmuls, mask, a
 //! three-pass softmax). Here the workgroup's invocations split the work instead: each scores
@@ -10,7 +10,7 @@
 //! channel, accumulating the chunk's weighted values (online softmax across chunks).
 //!
 //! Each invocation loops about `2 · s` times in all (a 256-term dot per key chunk, 256 weighted
-//! values per chunk): under llvmpipe's 65535 loop iterations (see [`super::fused`]) up to
+//! values per chunk): under llvmpipe's 65535 loop iterations (see [`super::fused_attention`]) up to
 //! ~30 000 keys. Prefill (many rows) keeps the blocked path, whose matmuls reuse each key across
 //! queries.
 
@@ -22,7 +22,7 @@ use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
-use super::fused_rows::{ROW_THREADS, workgroup_max, workgroup_sum};
+use super::row_kernels::{ROW_THREADS, workgroup_max, workgroup_sum};
 
 /// Widest head the kernel takes: one invocation per output channel.
 pub const MAX_HEAD_DIM: usize = ROW_THREADS as usize;
@@ -120,7 +120,7 @@ fn decode_attention_kernel(
     }
 }
 
-/// Decode attention as one kernel (GPU backends only; see [`is_supported`]).
+/// Decode attention as one kernel (GPU backends only; see [`super::attention::Kernel::supports`]).
 #[backend_extension(Cube, Flex)]
 pub trait DecodeAttentionOps: burn::backend::Backend {
     /// `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, `mask` `[t, s]` (0 or −∞) →
@@ -163,7 +163,7 @@ impl DecodeAttentionOps for CubeBackend {
         scale: f32,
     ) -> CubeTensor {
         let q = into_contiguous(q);
-        let (k, v, kv_stride) = super::fused::kv_rows(k, v);
+        let (k, v, kv_stride) = super::fused_attention::kv_rows(k, v);
         let mask = into_contiguous(mask);
         let [heads, t, d] = q.meta.shape().dims::<3>();
         let s = k.meta.shape().dims::<3>()[1];

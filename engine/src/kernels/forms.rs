@@ -1,6 +1,6 @@
 //! The kernel forms the automatic choices pick from, and the process-wide set of forms the
 //! device self-test ([`crate::selftest`]) turned off. A form that gave a wrong result on this
-//! adapter is skipped by every automatic choice ([`super::ops::Kernel::Auto`], [`super::ops::Half::Auto`],
+//! adapter is skipped by every automatic choice ([`crate::quant::Kernel::Auto`], [`crate::quant::Half::Auto`],
 //! fused attention, the fused row kernels, device argmax), which then takes the next form in its
 //! order of preference; explicitly requested forms still run (tests and benchmarks name them on
 //! purpose).
@@ -14,21 +14,21 @@ use std::sync::atomic::{AtomicU32, Ordering};
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Form {
-    /// The naive quantised matmul ([`super::ops::Kernel::Naive`]).
+    /// The naive quantised matmul ([`crate::quant::Kernel::Naive`]).
     Naive,
-    /// The workgroup matrix–vector kernel ([`super::ops::Kernel::Gemv`]).
+    /// The workgroup matrix–vector kernel ([`crate::quant::Kernel::Gemv`]).
     Gemv,
-    /// The subgroup matrix–vector kernel ([`super::ops::Kernel::GemvSubgroup`]).
+    /// The subgroup matrix–vector kernel ([`crate::quant::Kernel::GemvSubgroup`]).
     GemvSubgroup,
-    /// The tiled matmul ([`super::ops::Kernel::Tiled`]).
+    /// The tiled matmul ([`crate::quant::Kernel::Tiled`]).
     Tiled,
-    /// f16 widened with the adapter's f16 type ([`super::ops::Half::Native`]).
+    /// f16 widened with the adapter's f16 type ([`crate::quant::Half::Native`]).
     NativeHalf,
-    /// The fused attention kernel ([`crate::model::fused`]); the blocked path replaces it.
+    /// The fused attention kernel ([`super::fused_attention`]); the blocked path replaces it.
     FusedAttention,
     /// burn's argmax on the device in greedy decoding; the host argmax replaces it.
     DeviceArgmax,
-    /// The fused RMSNorm kernel, alone or added to a residual ([`crate::model::fused_rows`]);
+    /// The fused RMSNorm kernel, alone or added to a residual ([`crate::kernels::rows`]);
     /// composed burn ops replace it.
     FusedNorm,
     /// The fused q/k RMSNorm + RoPE kernel; composed burn ops replace it.
@@ -37,14 +37,14 @@ pub enum Form {
     FusedGelu,
     /// The fused LayerNorm kernel (vision tower); composed burn ops replace it.
     FusedLayerNorm,
-    /// The decode attention kernel ([`crate::model::decode_attention`]); the blocked path
+    /// The decode attention kernel ([`crate::kernels::decode_attention`]); the blocked path
     /// replaces it.
     DecodeAttention,
     /// One product over two matrices of different block types
-    /// ([`super::ops::QMatrix::matmul_stacked`]); a product per matrix replaces it.
+    /// ([`crate::quant::QMatrix::matmul_stacked`]); a product per matrix replaces it.
     StackedProduct,
     /// GELU(gate)·up applied by the decode product of a joined gate and up
-    /// ([`super::ops::QMatrix::matmul_gelu_halves`]); the product and the GELU kernel replace it.
+    /// ([`crate::quant::QMatrix::matmul_gelu_halves`]); the product and the GELU kernel replace it.
     GeluProduct,
 }
 

@@ -1,0 +1,84 @@
+//! The one host wrapper of the fused GPU attention kernels ([`super::fused_attention`],
+//! [`super::decode_attention`]): which one a shape and device take, and the launch with its
+//! mask binding and test fault. [`crate::model::attention::attention`] picks among them and the
+//! CPU's blocked GEMMs.
+
+use burn::backend::Dispatch;
+use burn::backend::tensor::FloatTensor;
+use burn::tensor::Tensor;
+
+use super::{decode_attention, fused_attention as fused};
+use crate::kernels::forms::{self, Form};
+
+/// The fused GPU attention kernels, each a backend extension of the same signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// One workgroup per query row ([`fused`]): heads up to [`fused::MAX_HEAD_DIM`] wide.
+    Fused,
+    /// A few query rows over a long cache ([`decode_attention`]): heads up to
+    /// [`decode_attention::MAX_HEAD_DIM`] wide, at most [`decode_attention::MAX_ROWS`] rows.
+    Decode,
+}
+
+/// A kernel as its backend extension declares it: `q`, `k`, `v`, the mask (any f32 buffer when
+/// there is none), whether there is one, groups, scale.
+type KernelOp = fn(
+    FloatTensor<Dispatch>,
+    FloatTensor<Dispatch>,
+    FloatTensor<Dispatch>,
+    FloatTensor<Dispatch>,
+    bool,
+    usize,
+    f32,
+) -> FloatTensor<Dispatch>;
+
+impl Kernel {
+    /// Whether attention of `t` query rows with head size `d` on `device` takes this kernel:
+    /// a GPU device, the kernel's limits, and the device self-test left its form on.
+    pub fn supports(self, device: &burn::tensor::Device, t: usize, d: usize) -> bool {
+        let fits = match self {
+            Kernel::Fused => d <= fused::MAX_HEAD_DIM,
+            Kernel::Decode => {
+                t <= decode_attention::MAX_ROWS && d <= decode_attention::MAX_HEAD_DIM
+            }
+        };
+        fits && super::runs(device, self.form())
+    }
+
+    /// The form the self-test checks and may turn off.
+    fn form(self) -> Form {
+        match self {
+            Kernel::Fused => Form::FusedAttention,
+            Kernel::Decode => Form::DecodeAttention,
+        }
+    }
+
+    /// Runs the kernel; shapes as [`crate::model::attention::attention`]'s. GPU devices only ([`Kernel::supports`]).
+    pub fn run(
+        self,
+        q: Tensor<3>,
+        k: Tensor<3>,
+        v: Tensor<3>,
+        mask: Option<Tensor<2>>,
+        groups: usize,
+        scale: f32,
+    ) -> Tensor<3> {
+        let op: KernelOp = match self {
+            Kernel::Fused => <Dispatch as fused::AttentionOps>::fused_attention,
+            Kernel::Decode => <Dispatch as decode_attention::DecodeAttentionOps>::decode_attention,
+        };
+        let has_mask = mask.is_some();
+        // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.
+        let mask = mask.map_or_else(|| q.clone().into_dispatch(), |m| m.into_dispatch());
+        let out = Tensor::<3>::from_dispatch(op(
+            q.into_dispatch(),
+            k.into_dispatch(),
+            v.into_dispatch(),
+            mask,
+            has_mask,
+            groups,
+            scale,
+        ));
+        forms::perturb(self.form(), out)
+    }
+}

@@ -1,0 +1,32 @@
+//! Every CubeCL kernel of the engine, with its host launcher: the quantised products and gathers
+//! that decode GGUF blocks ([`quant`], launched by `crate::quant`'s GPU ops), the fused row
+//! kernels ([`rows`] launching [`row_kernels`]) and the fused attention kernels ([`attention`]'s
+//! one wrapper over [`fused_attention`] and [`decode_attention`]). The model calls them through
+//! [`crate::model::nn`] and [`crate::model::attention`], which keep the composed burn path for the
+//! CPU; [`runs`] is the one question of whether a fused form runs on a device.
+
+pub mod attention;
+pub mod decode_attention;
+pub mod forms;
+pub mod fused_attention;
+pub mod quant;
+pub mod row_kernels;
+pub mod rows;
+
+use burn::tensor::Device;
+
+use forms::Form;
+
+/// Whether `form` runs as its fused kernel on `device`: a GPU device, and the device self-test
+/// has not turned the form off.
+pub fn runs(device: &Device, form: Form) -> bool {
+    queues_work(device) && forms::enabled(form)
+}
+
+/// Whether `device` queues work for a GPU (wgpu/WebGPU) rather than running each operation on
+/// the CPU as it is called (flex). Here, at the bottom, so that the kernel choice
+/// ([`crate::quant::choice`]) and the device module ([`crate::device`], which re-exports it) can
+/// both ask.
+pub fn queues_work(device: &Device) -> bool {
+    !matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_))
+}

@@ -1,0 +1,344 @@
+//! The `#[cube]` bodies of the fused row kernels ([`super::rows`] launches them) and the
+//! workgroup reductions they share with [`super::decode_attention`]. Each norm kernel gives one
+//! workgroup to one row: the invocations stride over the row summing squares, reduce through
+//! workgroup memory, then write the row. Every formula is the one of its composed counterpart in
+//! [`crate::model::nn`], in the same order, in f32; only the summation order of the reductions
+//! differs.
+
+use burn_cubecl::cubecl;
+use burn_cubecl::cubecl::prelude::*;
+
+use super::quant::gelu_tanh;
+
+/// Invocations per row (WebGPU guarantees 256 per workgroup); a power of two for the tree.
+pub(crate) const ROW_THREADS: u32 = 256;
+
+/// Invocations per workgroup of the elementwise GELU kernel.
+pub(super) const ELEMENT_THREADS: u32 = 256;
+
+/// The sum of `partial` over the workgroup, returned to every invocation: a tree in workgroup
+/// memory (1 KiB), `CUBE_DIM_X` a power of two of at most [`ROW_THREADS`]. A caller that calls
+/// it again from the same call site (in a loop) must pass a barrier in between: the next call
+/// overwrites the slot the last one read.
+#[cube]
+pub(crate) fn workgroup_sum(partial: f32) -> f32 {
+    let lane = UNIT_POS_X as usize;
+    let mut sums = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    sums[lane] = partial;
+    sync_cube();
+    // From the runtime CUBE_DIM_X: a constant initialiser would be folded into a comptime value
+    // that a runtime loop cannot mutate (see kernels::quant::qgemv_kernel).
+    let mut stride = (CUBE_DIM_X / 2) as usize;
+    while stride > 0 {
+        if lane < stride {
+            let v = sums[lane] + sums[lane + stride];
+            sums[lane] = v;
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    sums[0]
+}
+
+/// The maximum of `partial` over the workgroup, as [`workgroup_sum`].
+#[cube]
+pub(crate) fn workgroup_max(partial: f32) -> f32 {
+    let lane = UNIT_POS_X as usize;
+    let mut maxes = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    maxes[lane] = partial;
+    sync_cube();
+    let mut stride = (CUBE_DIM_X / 2) as usize;
+    while stride > 0 {
+        if lane < stride {
+            let v = max(maxes[lane], maxes[lane + stride]);
+            maxes[lane] = v;
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    maxes[0]
+}
+
+/// `Σ x²` over row `base..base + d`, summed by the whole workgroup.
+#[cube]
+fn row_sum_squares(x: &Tensor<f32>, base: usize, d: usize) -> f32 {
+    let mut partial = 0.0f32;
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        let v = x[base + j];
+        partial += v * v;
+        j += CUBE_DIM_X as usize;
+    }
+    workgroup_sum(partial)
+}
+
+/// `out[r] = x[r] / sqrt(mean(x[r]²) + eps) · w` (+ `residual[r]` when `has_residual`), one
+/// workgroup per row of `d`. The workgroup index is linear over a 2-D dispatch (rows can pass
+/// 65535); workgroups past the last row leave as a whole, so no barrier waits on them.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rms_norm_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    residual: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    d: u32,
+    eps: f32,
+    #[comptime] has_residual: bool,
+) {
+    let row = CUBE_POS;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let base = row * d;
+    let ms = row_sum_squares(x, base, d) / d as f32;
+    let inv = 1.0f32 / (ms + eps).sqrt();
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        let y = x[base + j] * inv * w[j];
+        if comptime!(has_residual) {
+            out[base + j] = residual[base + j] + y;
+        } else {
+            out[base + j] = y;
+        }
+        j += CUBE_DIM_X as usize;
+    }
+}
+
+/// `h[r] = residual[r] + x[r] / sqrt(mean(x[r]²) + eps) · w`, then `hn[r] = h[r] /
+/// sqrt(mean(h[r]²) + eps) · w2`: a sandwich norm and the next norm in one dispatch. Each lane
+/// sums the squares of the `h` values it wrote, in the order [`row_sum_squares`] would read
+/// them back, so both outputs equal two [`rms_norm_kernel`] launches bit for bit.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn add_rms_norm_then_norm_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    residual: &Tensor<f32>,
+    w2: &Tensor<f32>,
+    h: &mut Tensor<f32>,
+    hn: &mut Tensor<f32>,
+    rows: u32,
+    d: u32,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let base = row * d;
+    let ms = row_sum_squares(x, base, d) / d as f32;
+    let inv = 1.0f32 / (ms + eps).sqrt();
+    let mut partial = 0.0f32;
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        let v = residual[base + j] + x[base + j] * inv * w[j];
+        h[base + j] = v;
+        partial += v * v;
+        j += CUBE_DIM_X as usize;
+    }
+    let ms2 = workgroup_sum(partial) / d as f32;
+    let inv2 = 1.0f32 / (ms2 + eps).sqrt();
+    j = UNIT_POS_X as usize;
+    while j < d {
+        hn[base + j] = h[base + j] * inv2 * w2[j];
+        j += CUBE_DIM_X as usize;
+    }
+}
+
+/// RMSNorm of each head row of `x [t, heads, d]`, then NEOX RoPE (halves `i`, `i + d/2`) with
+/// the tables `cos`, `sin` `[t, 1, d/2]` of [`crate::model::nn::rope_tables`].
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rms_norm_rope_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    heads: u32,
+    d: u32,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let half = d / 2;
+    let base = row * d;
+    let table = (row / heads as usize) * half;
+    let ms = row_sum_squares(x, base, d) / d as f32;
+    let inv = 1.0f32 / (ms + eps).sqrt();
+    let mut i = UNIT_POS_X as usize;
+    while i < half {
+        let a = x[base + i] * inv * w[i];
+        let b = x[base + half + i] * inv * w[half + i];
+        let c = cos[table + i];
+        let s = sin[table + i];
+        out[base + i] = a * c - b * s;
+        out[base + half + i] = b * c + a * s;
+        i += CUBE_DIM_X as usize;
+    }
+}
+
+/// One layer's q/k RMSNorm + NEOX RoPE and its KV-cache write in one dispatch, reading the
+/// joined product `qkv [t, (heads + 2·kv_heads)·d]` (each position's queries, keys, values):
+/// rows `0..t·heads` normalise and rotate the queries into `q_out [t, heads, d]`; rows past
+/// them normalise and rotate the keys into the key buffer at positions `pos..pos + t` and copy
+/// the values into the value buffer there (buffers `[kv_heads, cap, d]`, contiguous). `norms`
+/// holds the q norm's `d` weights then the k norm's; `table [t, d]` each position's cos then
+/// sin halves. Each row is [`rms_norm_rope_kernel`]'s formula in its order, so the results
+/// equal that kernel followed by a copy into the cache bit for bit. Six buffers: WebGPU
+/// guarantees eight per stage, and CubeCL binds one more for the shapes.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn qk_norm_rope_store_kernel(
+    qkv: &Tensor<f32>,
+    norms: &Tensor<f32>,
+    table: &Tensor<f32>,
+    q_out: &mut Tensor<f32>,
+    k_buf: &mut Tensor<f32>,
+    v_buf: &mut Tensor<f32>,
+    t: u32,
+    heads: u32,
+    kv_heads: u32,
+    d: u32,
+    cap: u32,
+    pos: u32,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    let q_rows = (t * heads) as usize;
+    if row >= q_rows + (t * kv_heads) as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let half = d / 2;
+    let ld = (heads + 2 * kv_heads) as usize * d;
+    let kv_width = kv_heads as usize * d;
+    let is_q = row < q_rows;
+    let mut ti = row / heads as usize;
+    let mut src = ti * ld + (row % heads as usize) * d;
+    let mut dst = row * d;
+    let mut w0 = 0usize;
+    if !is_q {
+        let r = row - q_rows;
+        ti = r / kv_heads as usize;
+        let h = r % kv_heads as usize;
+        src = ti * ld + heads as usize * d + h * d;
+        dst = (h * cap as usize + pos as usize + ti) * d;
+        w0 = d;
+    }
+    let cs = ti * d;
+    let mut partial = 0.0f32;
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        let x = qkv[src + j];
+        partial += x * x;
+        j += CUBE_DIM_X as usize;
+    }
+    let ms = workgroup_sum(partial) / d as f32;
+    let inv = 1.0f32 / (ms + eps).sqrt();
+    let mut i = UNIT_POS_X as usize;
+    while i < half {
+        let c = table[cs + i];
+        let s = table[cs + half + i];
+        let a = qkv[src + i] * inv * norms[w0 + i];
+        let b = qkv[src + half + i] * inv * norms[w0 + half + i];
+        if is_q {
+            q_out[dst + i] = a * c - b * s;
+            q_out[dst + half + i] = b * c + a * s;
+        } else {
+            k_buf[dst + i] = a * c - b * s;
+            k_buf[dst + half + i] = b * c + a * s;
+        }
+        i += CUBE_DIM_X as usize;
+    }
+    if !is_q {
+        j = UNIT_POS_X as usize;
+        while j < d {
+            v_buf[dst + j] = qkv[src + kv_width + j];
+            j += CUBE_DIM_X as usize;
+        }
+    }
+}
+
+/// `out[r] = (x[r] − mean) / sqrt(var + eps) · w + b` over rows of `d` (biased variance of the
+/// centred values, as [`crate::model::nn::layer_norm`]).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn layer_norm_kernel(
+    x: &Tensor<f32>,
+    w: &Tensor<f32>,
+    b: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    rows: u32,
+    d: u32,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let d = d as usize;
+    let base = row * d;
+    let mut partial = 0.0f32;
+    let mut j = UNIT_POS_X as usize;
+    while j < d {
+        partial += x[base + j];
+        j += CUBE_DIM_X as usize;
+    }
+    let mean = workgroup_sum(partial) / d as f32;
+    let mut squares = 0.0f32;
+    j = UNIT_POS_X as usize;
+    while j < d {
+        let c = x[base + j] - mean;
+        squares += c * c;
+        j += CUBE_DIM_X as usize;
+    }
+    let var = workgroup_sum(squares) / d as f32;
+    let inv = 1.0f32 / (var + eps).sqrt();
+    j = UNIT_POS_X as usize;
+    while j < d {
+        out[base + j] = (x[base + j] - mean) * inv * w[j] + b[j];
+        j += CUBE_DIM_X as usize;
+    }
+}
+
+/// `out[i] = gelu_tanh(gate[i]) · up[i]` (`gelu_tanh(gate[i])` without `has_up`), the formula
+/// of [`crate::model::nn::gelu_tanh`] term by term ([`gelu_tanh`], shared with the products).
+#[cube(launch)]
+pub(super) fn gelu_kernel(
+    gate: &Tensor<f32>,
+    up: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    n: u32,
+    #[comptime] has_up: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let g = gelu_tanh(gate[i]);
+        if comptime!(has_up) {
+            out[i] = g * up[i];
+        } else {
+            out[i] = g;
+        }
+    }
+}
+
+/// `out[r, j] = gelu_tanh(x[r, j]) · x[r, f + j]` for rows of `2f`: the product of a gate and
+/// up projection computed as one matrix (gate rows then up rows), in [`gelu_kernel`]'s formula.
+#[cube(launch)]
+pub(super) fn gelu_halves_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, n: u32, f: u32) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let f = f as usize;
+        let base = (i / f) * 2 * f + i % f;
+        out[i] = gelu_tanh(x[base]) * x[base + f];
+    }
+}

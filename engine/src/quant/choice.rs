@@ -1,0 +1,200 @@
+//! Which kernel and which f16 form a quantised product uses on a device, and the adapter probes
+//! behind that choice (subgroups, shader-f16, exact native f16). Below [`crate::device`], which
+//! reads these probes and [`super::probe`]'s: nothing here imports the device module.
+
+use burn::tensor::Device;
+use burn_cubecl::cubecl;
+
+use crate::kernels::forms::{self, Form};
+
+/// Which device kernel multiplies by a quantised matrix (the CPU path ignores it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kernel {
+    /// Chosen from the shape and the adapter: for up to [`GEMV_MAX_M`] input rows
+    /// [`Kernel::Gemv`] (its subgroup form where the adapter has subgroups; [`Kernel::Naive`] on
+    /// software adapters), [`Kernel::Tiled`] above; a form the self-test turned off is skipped.
+    Auto,
+    /// One invocation per output, looping over the whole row: the simplest form, kept as the
+    /// baseline the others are measured and checked against.
+    Naive,
+    /// A workgroup per output row, reduced through workgroup memory (decode).
+    Gemv,
+    /// [`Kernel::Gemv`] reduced with subgroup sums (adapters with subgroups only).
+    GemvSubgroup,
+    /// 64 × 64 output tiles staged through workgroup memory (prefill and vision).
+    Tiled,
+}
+
+/// Up to this many input rows [`Kernel::Auto`] uses the matrix–vector kernel.
+pub const GEMV_MAX_M: usize = 8;
+const _: () = assert!(GEMV_MAX_M <= super::dot::MAX_ROWS);
+
+impl Kernel {
+    pub(super) fn id(self) -> u32 {
+        self as u32
+    }
+
+    pub(super) fn from_id(id: u32) -> Kernel {
+        [
+            Kernel::Auto,
+            Kernel::Naive,
+            Kernel::Gemv,
+            Kernel::GemvSubgroup,
+            Kernel::Tiled,
+        ][id as usize]
+    }
+
+    /// The self-test form this kernel is ([`Kernel::Auto`] is none).
+    pub fn form(self) -> Option<Form> {
+        match self {
+            Kernel::Auto => None,
+            Kernel::Naive => Some(Form::Naive),
+            Kernel::Gemv => Some(Form::Gemv),
+            Kernel::GemvSubgroup => Some(Form::GemvSubgroup),
+            Kernel::Tiled => Some(Form::Tiled),
+        }
+    }
+
+    /// The explicit kernels `device` can run (the subgroup form only where the adapter has
+    /// subgroups); the CPU has one path and lists [`Kernel::Auto`] only.
+    pub fn available(device: &Device) -> Vec<Kernel> {
+        match subgroups(device) {
+            None => vec![Kernel::Auto],
+            Some(false) => vec![Kernel::Naive, Kernel::Gemv, Kernel::Tiled],
+            Some(true) => vec![
+                Kernel::Naive,
+                Kernel::Gemv,
+                Kernel::GemvSubgroup,
+                Kernel::Tiled,
+            ],
+        }
+    }
+}
+
+/// The kernel [`Kernel::Auto`] runs for `m` input rows on a device with `props`: the first in
+/// its order of preference the adapter offers and the self-test has not turned off
+/// ([`forms`]). A software adapter (lavapipe, SwiftShader) runs invocations as SIMD lanes of
+/// CPU threads, where the naive loop beats a workgroup reduction 2–3.5× (bench, Gemma 3 270M
+/// on lavapipe); on a GPU one workgroup per row reads the weights coalesced instead. Every
+/// kernel takes every shape, so each list ends with all the others; if all are turned off the
+/// first is used (the self-test then reports the device unusable and the model runs on the CPU).
+pub(super) fn auto_kernel(props: &cubecl::ir::DeviceProperties, m: usize) -> Kernel {
+    use Kernel::*;
+    let software = props.identity.physical.is_none();
+    let order: &[Kernel] = match (m <= GEMV_MAX_M, software) {
+        (true, true) => &[Naive, Gemv, GemvSubgroup, Tiled],
+        (true, false) => &[GemvSubgroup, Gemv, Naive, Tiled],
+        (false, _) => &[Tiled, Naive, Gemv, GemvSubgroup],
+    };
+    let plane = plane_ops(props);
+    let offered = |k: &&Kernel| **k != GemvSubgroup || plane;
+    order
+        .iter()
+        .filter(offered)
+        .find(|k| k.form().is_none_or(forms::enabled))
+        .or_else(|| order.iter().find(offered))
+        .copied()
+        .unwrap_or(Naive)
+}
+
+/// The concrete kernel `kernel` stands for on `device` for `m` input rows ([`Kernel::Auto`]
+/// resolved; the CPU keeps [`Kernel::Auto`], its one path).
+pub fn resolve(device: &Device, kernel: Kernel, m: usize) -> Kernel {
+    match (kernel, device.as_dispatch()) {
+        (Kernel::Auto, burn::backend::DispatchDevice::Cube(d)) => {
+            auto_kernel(d.client().properties(), m)
+        }
+        _ => kernel,
+    }
+}
+
+/// Whether a GPU device's adapter has subgroup operations; `None` for the CPU.
+pub fn subgroups(device: &Device) -> Option<bool> {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => Some(plane_ops(d.client().properties())),
+        _ => None,
+    }
+}
+
+/// Set by [`allow_software_subgroups`].
+static SOFTWARE_SUBGROUPS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Lets the subgroup kernel run on software adapters, for tests: cubecl-wgpu advertises no
+/// subgroup operations on CPU-type devices even where the wgpu device has them (lavapipe
+/// does: subgroups of 8), so without this the subgroup kernel would never run off a GPU.
+#[doc(hidden)]
+pub fn allow_software_subgroups() {
+    SOFTWARE_SUBGROUPS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether CubeCL offers subgroup ("plane") operations on a device with these properties.
+pub(super) fn plane_ops(props: &cubecl::ir::DeviceProperties) -> bool {
+    props
+        .features
+        .plane
+        .contains(cubecl::ir::features::Plane::Ops)
+        || (props.identity.physical.is_none()
+            && SOFTWARE_SUBGROUPS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// How the device kernels widen the f16 numbers of GGUF blocks (F16 weights, block scales) to
+/// f32. Both forms are exact and give identical results; they differ only in speed.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Half {
+    /// [`Half::Native`] where the adapter has shader-f16 and passed [`probe_native_half`],
+    /// [`Half::Integer`] elsewhere.
+    #[default]
+    Auto,
+    /// Integer arithmetic on the bits (every adapter).
+    Integer,
+    /// The adapter's f16 type (adapters with shader-f16 only).
+    Native,
+}
+
+impl Half {
+    pub(super) fn id(self) -> u32 {
+        self as u32
+    }
+
+    pub(super) fn from_id(id: u32) -> Half {
+        [Half::Auto, Half::Integer, Half::Native][id as usize]
+    }
+
+    /// The explicit forms `device` can run (the native one only where the adapter has
+    /// shader-f16); the CPU has one path and lists [`Half::Auto`] only.
+    pub fn available(device: &Device) -> Vec<Half> {
+        match shader_f16(device) {
+            None => vec![Half::Auto],
+            Some(false) => vec![Half::Integer],
+            Some(true) => vec![Half::Integer, Half::Native],
+        }
+    }
+}
+
+/// Whether a GPU device's adapter has 16-bit floats in shaders; `None` for the CPU.
+pub fn shader_f16(device: &Device) -> Option<bool> {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => Some(f16_type(d.client().properties())),
+        _ => None,
+    }
+}
+
+/// Whether CubeCL offers the f16 type on a device with these properties.
+pub(super) fn f16_type(props: &cubecl::ir::DeviceProperties) -> bool {
+    props.supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16))
+}
+
+/// Set once [`probe_native_half`] has checked the (one per process) GPU device: whether
+/// [`Half::Auto`] uses the native form there.
+pub(super) static NATIVE_HALF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Whether [`Half::Auto`] widens f16 natively on GPU devices (false until probed, and false
+/// once the self-test turned the native form off).
+pub fn native_half_in_use() -> bool {
+    NATIVE_HALF.get().copied().unwrap_or(false) && forms::enabled(Form::NativeHalf)
+}
