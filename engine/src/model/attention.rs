@@ -38,6 +38,28 @@ pub fn attention(
     blocked_attention(q, expand_kv(k, groups), expand_kv(v, groups), mask, scale)
 }
 
+/// Additive attention mask for queries at `q0..q0+t` over keys `0..q0+t` (0 = attend, −∞ = not).
+///
+/// ref: transformers 5 `create_masks_for_vision_model`: global layers allow
+/// `causal OR same-image`; sliding layers allow `(causal OR same-image) AND k > q − window`.
+pub fn mask_values(q0: usize, t: usize, spans: &[Range<usize>], window: Option<usize>) -> Vec<f32> {
+    let s = q0 + t;
+    let span_of = |p: usize| spans.iter().position(|r| r.contains(&p));
+    let mut m = vec![0f32; t * s];
+    for qi in 0..t {
+        let q = q0 + qi;
+        let qs = span_of(q);
+        for k in 0..s {
+            let visible = k <= q || (qs.is_some() && qs == span_of(k));
+            let in_window = window.is_none_or(|w| k + w > q);
+            if !(visible && in_window) {
+                m[qi * s + k] = f32::NEG_INFINITY;
+            }
+        }
+    }
+    m
+}
+
 /// Attention through materialised scores, `rows` queries at a time (KV heads expanded).
 pub fn blocked_attention(
     q: Tensor<3>,
@@ -126,4 +148,32 @@ pub fn segmented_attention(
         })
         .collect();
     Tensor::cat(parts, 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_values;
+
+    fn allowed(m: &[f32], s: usize, q: usize, k: usize) -> bool {
+        m[q * s + k] == 0.0
+    }
+
+    #[test]
+    fn masks_are_causal_windowed_and_bidirectional_within_images() {
+        let spans = vec![std::ops::Range { start: 2, end: 5 }];
+        let g = mask_values(0, 7, &spans, None);
+        assert!(allowed(&g, 7, 1, 0) && !allowed(&g, 7, 1, 2));
+        // Image tokens 2..5 see each other both ways, text after sees all before it.
+        assert!(allowed(&g, 7, 2, 4) && allowed(&g, 7, 4, 2));
+        assert!(!allowed(&g, 7, 1, 3) && allowed(&g, 7, 6, 4));
+        let w = mask_values(0, 7, &spans, Some(2));
+        // Window 2: q sees k only if k > q - 2.
+        assert!(allowed(&w, 7, 6, 5) && !allowed(&w, 7, 6, 4));
+        // Within the image the window still applies backwards, not forwards.
+        assert!(allowed(&w, 7, 2, 4) && !allowed(&w, 7, 4, 2));
+        // A continuation with a cache: queries 5..7 over keys 0..7.
+        let c = mask_values(5, 2, &spans, None);
+        assert_eq!(c.len(), 14);
+        assert!(allowed(&c, 7, 0, 5) && !allowed(&c, 7, 0, 6));
+    }
 }

@@ -7,19 +7,16 @@ use std::ops::Range;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::ModelError;
-use super::attention::segmented_attention;
+use super::attention::{mask_values, segmented_attention};
 use super::config::TextConfig;
 use super::kv_cache::{KvCache, LayerKv};
 use super::load::Loader;
 use super::names::{self, Block, blk};
-use super::nn::{
-    self, add_rms_norm_then_norm, gelu_mul, gelu_mul_halves, rms_norm, rms_norm_rope, rope_table,
-    rope_tables,
-};
+use super::nn::{self, add_rms_norm_then_norm, gelu_mul, gelu_mul_halves, rms_norm};
+use super::rope::{QkNorms, Rope};
 use super::trace::{self, NoTrace, Tap, Tracer};
 use crate::gguf::RangeSource;
 use crate::kernels::forms::{self, Form};
-use crate::kernels::{self, rows as fused_rows};
 use crate::quant::QMatrix;
 use crate::tokenizer::ids;
 
@@ -89,10 +86,8 @@ impl Projections {
 #[derive(Debug, Clone)]
 struct Attention {
     qkv: Projections,
-    attn_q_norm: Tensor<1>,
-    attn_k_norm: Tensor<1>,
-    /// `attn_q_norm` then `attn_k_norm`, as the fused q/k kernel reads them.
-    qk_norms: Tensor<1>,
+    /// `attn_q_norm`, `attn_k_norm`.
+    norms: QkNorms,
     attn_output: QMatrix,
 }
 
@@ -135,28 +130,6 @@ pub struct Decoder {
     device: Device,
 }
 
-/// RoPE tables for the positions of one pass, in the form the q/k path reads.
-// Two per pass, built once and borrowed: the variants' size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum Rope {
-    /// `(cos, sin)`, each `[t, 1, head_dim/2]`: the composed path.
-    Tables(Tensor<3>, Tensor<3>),
-    /// One `[t, head_dim]` table, cos then sin halves: the fused q/k kernel (a GPU whose
-    /// self-test kept the RoPE form).
-    Joined(Tensor<2>),
-}
-
-impl Rope {
-    fn new(device: &Device, positions: &[usize], head_dim: usize, base: f32, scale: f32) -> Rope {
-        if kernels::runs(device, Form::FusedRope) {
-            Rope::Joined(rope_table(positions, head_dim, base, scale, device))
-        } else {
-            let (cos, sin) = rope_tables(positions, head_dim, base, scale, device);
-            Rope::Tables(cos, sin)
-        }
-    }
-}
-
 /// What the layers of one kind (global or sliding) share in one pass.
 struct LayerInputs<'a> {
     cfg: &'a TextConfig,
@@ -165,28 +138,6 @@ struct LayerInputs<'a> {
     /// Rows of `x` that continue the cache independently, each with its mask
     /// `[rows, cached + rows]` (one segment: an ordinary continuation).
     segments: &'a [(Range<usize>, Tensor<2>)],
-}
-
-/// Additive attention mask for queries at `q0..q0+t` over keys `0..q0+t` (0 = attend, −∞ = not).
-///
-/// ref: transformers 5 `create_masks_for_vision_model`: global layers allow
-/// `causal OR same-image`; sliding layers allow `(causal OR same-image) AND k > q − window`.
-pub fn mask_values(q0: usize, t: usize, spans: &[Range<usize>], window: Option<usize>) -> Vec<f32> {
-    let s = q0 + t;
-    let span_of = |p: usize| spans.iter().position(|r| r.contains(&p));
-    let mut m = vec![0f32; t * s];
-    for qi in 0..t {
-        let q = q0 + qi;
-        let qs = span_of(q);
-        for k in 0..s {
-            let visible = k <= q || (qs.is_some() && qs == span_of(k));
-            let in_window = window.is_none_or(|w| k + w > q);
-            if !(visible && in_window) {
-                m[qi * s + k] = f32::NEG_INFINITY;
-            }
-        }
-    }
-    m
 }
 
 impl Attention {
@@ -220,9 +171,7 @@ impl Attention {
         let attn_k_norm = l.vector(&b.weight(blk::ATTN_K_NORM), c.head_dim).await?;
         Ok(Attention {
             qkv,
-            qk_norms: Tensor::cat(vec![attn_q_norm.clone(), attn_k_norm.clone()], 0),
-            attn_q_norm,
-            attn_k_norm,
+            norms: QkNorms::new(attn_q_norm, attn_k_norm),
             attn_output: l.qmatrix(&b.weight(blk::ATTN_OUTPUT), h, q_dim).await?,
         })
     }
@@ -240,47 +189,12 @@ impl Attention {
     ) -> Tensor<2> {
         let c = p.cfg;
         let [t, _] = xn.dims();
-        let (d, q_dim, kv_dim) = (c.head_dim, c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let device = xn.device();
         let qkv = self.qkv.project(xn);
-        let (q, k, v, q0) = match p.rope {
-            // q and k normed and rotated, and k and v written into the cache, read in place
-            // from the joined product: one dispatch where two norm + RoPE kernels and two
-            // cache writes took four.
-            Rope::Joined(table) => {
-                let (dims, shape) = ([c.heads, c.kv_heads, d], [c.kv_heads, t, d]);
-                let (k, v, q0, q) = LayerKv::append_with(cache, shape, &device, |kb, vb, pos| {
-                    let (q, kb, vb) = fused_rows::qk_norm_rope_store(
-                        qkv,
-                        dims,
-                        &self.qk_norms,
-                        table,
-                        (kb, vb),
-                        pos,
-                        c.eps,
-                    );
-                    (kb, vb, q)
-                });
-                (q.swap_dims(0, 1), k, v, q0)
-            }
-            Rope::Tables(cos, sin) => {
-                let heads = |off: usize, n: usize| {
-                    qkv.clone()
-                        .slice([0..t, off..off + n * d])
-                        .reshape([t, n, d])
-                };
-                let rope = |x, w| rms_norm_rope(x, w, cos, sin, c.eps).swap_dims(0, 1);
-                let q = rope(heads(0, c.heads), &self.attn_q_norm);
-                let k = rope(heads(q_dim, c.kv_heads), &self.attn_k_norm);
-                let v = heads(q_dim + kv_dim, c.kv_heads).swap_dims(0, 1);
-                let (k, v, q0) = LayerKv::append(cache, k, v);
-                (q, k, v, q0)
-            }
-        };
-        let g = c.heads / c.kv_heads;
-        let a = segmented_attention(q, k, v, q0, p.segments, g, c.attn_scale);
-        let a = a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]);
-        self.attn_output.matmul(a)
+        let (q, k, v, q0) = p.rope.norm_rotate_append(qkv, &self.norms, cache, c);
+        let groups = c.heads / c.kv_heads;
+        let a = segmented_attention(q, k, v, q0, p.segments, groups, c.attn_scale);
+        self.attn_output
+            .matmul(a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]))
     }
 }
 
@@ -737,33 +651,5 @@ impl Decoder {
             v.extend(l.matrices().into_iter().map(|(n, m)| (b.name(n), m)));
         }
         v
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mask_values;
-
-    fn allowed(m: &[f32], s: usize, q: usize, k: usize) -> bool {
-        m[q * s + k] == 0.0
-    }
-
-    #[test]
-    fn masks_are_causal_windowed_and_bidirectional_within_images() {
-        let spans = vec![std::ops::Range { start: 2, end: 5 }];
-        let g = mask_values(0, 7, &spans, None);
-        assert!(allowed(&g, 7, 1, 0) && !allowed(&g, 7, 1, 2));
-        // Image tokens 2..5 see each other both ways, text after sees all before it.
-        assert!(allowed(&g, 7, 2, 4) && allowed(&g, 7, 4, 2));
-        assert!(!allowed(&g, 7, 1, 3) && allowed(&g, 7, 6, 4));
-        let w = mask_values(0, 7, &spans, Some(2));
-        // Window 2: q sees k only if k > q - 2.
-        assert!(allowed(&w, 7, 6, 5) && !allowed(&w, 7, 6, 4));
-        // Within the image the window still applies backwards, not forwards.
-        assert!(allowed(&w, 7, 2, 4) && !allowed(&w, 7, 4, 2));
-        // A continuation with a cache: queries 5..7 over keys 0..7.
-        let c = mask_values(5, 2, &spans, None);
-        assert_eq!(c.len(), 14);
-        assert!(allowed(&c, 7, 0, 5) && !allowed(&c, 7, 0, 6));
     }
 }

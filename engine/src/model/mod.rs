@@ -18,6 +18,7 @@ pub mod load;
 pub mod names;
 pub mod nn;
 pub mod projector;
+pub mod rope;
 pub mod synthetic;
 pub mod trace;
 pub mod vision;
