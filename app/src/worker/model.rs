@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use js_sys::Reflect;
 use rexvqa_engine::device::{self, Device};
+use rexvqa_engine::eval::export::{model_sha256, pair_name};
 use rexvqa_engine::gguf::RangeSource;
 use rexvqa_engine::model::footprint::{Footprint, WASM32_MAX_BYTES};
 use rexvqa_engine::pair::{MMPROJ_ARCH, PairHeaders, TEXT_ARCH};
@@ -299,10 +300,7 @@ pub async fn load_stored(
     state::with(|s| {
         s.loaded = Some(Loaded {
             model: Rc::new(model),
-            name: format!(
-                "{text}{}",
-                mmproj.map(|m| format!(" + {m}")).unwrap_or_default()
-            ),
+            name: pair_name(text, mmproj),
             compute: card.compute.clone(),
             sha256,
         })
@@ -343,16 +341,12 @@ async fn hash_and_load<S: RangeSource>(
             .check(WASM32_MAX_BYTES)
             .map_err(|e| e.to_string())?;
     }
-    let mut sha256 = vec![(
-        "text model SHA-256".to_string(),
-        storage::stored_sha256(out, pair.dir, pair.text, pair.text_src).await?,
-    )];
-    if let (Some(m), Some(src)) = (pair.mmproj, pair.mm_src) {
-        sha256.push((
-            "mmproj SHA-256".to_string(),
-            storage::stored_sha256(out, pair.dir, m, src).await?,
-        ));
-    }
+    let text_sha = storage::stored_sha256(out, pair.dir, pair.text, pair.text_src).await?;
+    let mm_sha = match (pair.mmproj, pair.mm_src) {
+        (Some(m), Some(src)) => Some(storage::stored_sha256(out, pair.dir, m, src).await?),
+        _ => None,
+    };
+    let sha256 = model_sha256(text_sha, mm_sha);
     // Drop a previous model first so its GPU memory is freed before the new one loads.
     state::with(|s| {
         s.loaded = None;

@@ -102,7 +102,7 @@ struct OpfsJournal {
 
 impl eval_run::Journal for OpfsJournal {
     async fn append(&mut self, answers: &[Answer]) -> Result<(), String> {
-        let lines: String = answers.iter().map(eval::journal_line).collect();
+        let lines = eval::journal_lines(answers);
         let mut bytes = lines.as_bytes();
         let mut refused = false;
         if let Some(cap) = state::with(|st| st.journal_cap) {
@@ -185,7 +185,7 @@ impl eval_run::Observer for PageObserver<'_> {
 
 async fn run(out: Replies, run_id: String) -> Result<(), String> {
     let (meta, journal) = read_run_bytes(&run_id).await?;
-    let mut done = eval::read_journal(&String::from_utf8_lossy(&journal));
+    let eval::Resume { mut done, keep } = eval::Resume::from_bytes(&journal);
     let (model, s) = (state::model()?, state::split(&meta.split)?);
     let total = s.select(&meta.scope).map_err(|e| e.to_string())?.len();
     let dir = runs_dir().await?;
@@ -200,7 +200,7 @@ async fn run(out: Replies, run_id: String) -> Result<(), String> {
             journal.len()
         ));
     }
-    file.truncate(eval::complete_len(&journal) as u64)?;
+    file.truncate(keep as u64)?;
     let ctl = Rc::new(EvalCtl {
         paused: Cell::new(false),
         cancelled: Cell::new(false),

@@ -46,6 +46,22 @@ pub struct RunFacts<'a> {
     pub app: &'a str,
 }
 
+/// How a report names a model pair: the text file's name, then ` + ` the mmproj's.
+pub fn pair_name(text: &str, mmproj: Option<&str>) -> String {
+    match mmproj {
+        Some(m) => format!("{text} + {m}"),
+        None => text.to_string(),
+    }
+}
+
+/// The lines a report names the weights with, (label, SHA-256 hex): the text model's, then the
+/// mmproj's when there is one. The browser's report and `rexvqa eval`'s write the same lines.
+pub fn model_sha256(text: String, mmproj: Option<String>) -> Vec<(String, String)> {
+    let mut lines = vec![("text model SHA-256".to_string(), text)];
+    lines.extend(mmproj.map(|m| ("mmproj SHA-256".to_string(), m)));
+    lines
+}
+
 impl RunExport {
     /// The file name ending and the MIME type.
     fn file(self) -> (&'static str, &'static str) {

@@ -14,8 +14,11 @@ use crate::session::{Mode, OptionScores, Session, record_prompt};
 use burn::tensor::Tensor;
 
 pub mod export;
+pub mod journal;
 pub mod run;
 pub mod tally;
+
+pub use journal::{Resume, complete_len, journal_line, journal_lines, read_journal};
 
 /// Tokens the official mode may generate (ref: ReXrank MedGemma script, max_new_tokens=256).
 pub const OFFICIAL_MAX_NEW_TOKENS: usize = 256;
@@ -295,33 +298,6 @@ pub async fn features(
     Ok((feats, missing))
 }
 
-/// Parses a journal (one [`Answer`] JSON per line). A torn last line (a crash mid-write) is
-/// ignored; later duplicates of an id are ignored so nothing counts twice.
-pub fn read_journal(text: &str) -> Vec<Answer> {
-    let mut seen = std::collections::HashSet::new();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Answer>(l).ok())
-        .filter(|a| seen.insert(a.id.clone()))
-        .collect()
-}
-
-/// Bytes of a journal up to and including its last newline: its complete lines. A resume cuts
-/// the file there before appending, so a line torn by a crash or a refused write cannot swallow
-/// the next answer's line (the saved lines themselves are never rewritten).
-pub fn complete_len(journal: &[u8]) -> usize {
-    journal
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |i| i + 1)
-}
-
-/// One journal line (with its newline).
-pub fn journal_line(a: &Answer) -> String {
-    let mut s = serde_json::to_string(a).expect("answers serialise");
-    s.push('\n');
-    s
-}
-
 /// The questions still to answer: `scope` in evaluation order minus those already answered.
 pub fn pending(
     split: &Split,
@@ -586,34 +562,4 @@ pub fn csv(split: &Split, answers: &[Answer]) -> String {
         ));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_torn_tail_is_cut_and_complete_lines_kept() {
-        let a = journal_line(&Answer {
-            id: "q1".into(),
-            prediction: None,
-            robust: None,
-            response: "B — é".into(),
-            probs: None,
-            missing_images: Vec::new(),
-            unanswerable: None,
-            ms: 1.0,
-        });
-        let mut bytes = a.as_bytes().to_vec();
-        assert_eq!(complete_len(&bytes), bytes.len());
-        // A second line torn inside a two-byte character.
-        let torn = a.replace("q1", "q2");
-        let cut = torn.find('é').unwrap() + 1;
-        bytes.extend_from_slice(&torn.as_bytes()[..cut]);
-        assert_eq!(complete_len(&bytes), a.len());
-        assert_eq!(complete_len(b"{\"id\""), 0);
-        let kept = read_journal(&String::from_utf8_lossy(&bytes));
-        assert_eq!(kept.len(), 1);
-        assert_eq!(kept[0].id, "q1");
-    }
 }

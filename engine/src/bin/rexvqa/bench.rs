@@ -10,7 +10,7 @@ use rexvqa_engine::device::{self, BackendKind};
 
 use rexvqa_engine::gguf::{FileSource, Gguf};
 
-use super::{ModelArgs, Wall, err, load_model, parse_backend, print_json};
+use crate::common::{ModelArgs, Wall, err, load_model, parse_backend, print_json};
 
 #[derive(Args)]
 pub struct BenchArgs {

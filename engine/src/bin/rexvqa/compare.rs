@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use rexvqa_engine::compare::{compare, read_predictions};
 use rexvqa_engine::rexvqa::Split;
 
-use super::{err, write};
+use crate::common::{err, write};
 
 /// What `compare` prints.
 #[derive(Clone, Copy, ValueEnum)]
