@@ -8,8 +8,8 @@ use rexvqa_engine::compare::{Comparison, Paired, answer_text};
 use rexvqa_engine::eval::export::ExportFile;
 use web_sys::{File, HtmlInputElement};
 
-use super::Tab;
 use super::engine::Engine;
+use super::signals::Tab;
 use crate::protocol::{CompareSide, Request};
 
 /// Disagreements listed on the page; the exports carry all of them.

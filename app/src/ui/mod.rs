@@ -11,7 +11,7 @@ mod gpu_panel;
 mod model_panel;
 mod own_images;
 mod progress;
-mod quiz_panel;
+mod quiz;
 mod report_panel;
 pub mod signals;
 mod study_panel;
@@ -28,8 +28,9 @@ use engine::Engine;
 use eval_panel::EvalPanel;
 use gpu_panel::GpuPanel;
 use model_panel::ModelPanel;
-use quiz_panel::QuizPanel;
+use quiz::QuizPanel;
 use report_panel::ReportPanel;
+use signals::Tab;
 use study_panel::StudyPanel;
 
 const TABS: [(&str, &str); 7] = [
@@ -41,10 +42,6 @@ const TABS: [(&str, &str); 7] = [
     ("quiz", "Quiz"),
     ("about", "About"),
 ];
-
-/// The tab on screen, for components that send the user to another tab.
-#[derive(Clone, Copy)]
-pub struct Tab(pub RwSignal<&'static str>);
 
 /// The application shell: header, tabs (arrow keys move between them), panels, errors.
 #[component]

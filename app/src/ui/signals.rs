@@ -2,6 +2,7 @@
 
 use std::rc::Rc;
 
+use leptos::prelude::RwSignal;
 use rexvqa_engine::eval::Answer;
 use rexvqa_engine::rexvqa::Letter;
 
@@ -79,3 +80,7 @@ pub enum BenchState {
     /// Its JSON.
     Done(String),
 }
+
+/// The tab on screen, for components that send the user to another tab.
+#[derive(Clone, Copy)]
+pub struct Tab(pub RwSignal<&'static str>);

@@ -64,7 +64,7 @@ impl LayerKv {
     /// valid positions, which it is given) and returns them written, with whatever else it
     /// computed. The fused q/k norm + RoPE kernel writes the cache this way, in its own
     /// dispatch. Buffers shared with a clone must be copied before being written
-    /// (`fused_rows` does).
+    /// (`kernels::rows` does).
     pub(super) fn append_with<R>(
         slot: &mut Option<LayerKv>,
         [h, t, d]: [usize; 3],
