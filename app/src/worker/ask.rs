@@ -7,6 +7,7 @@ use rexvqa_engine::rexvqa::{Letter, Record, prompt};
 use rexvqa_engine::session::{Model, Session, StudyCache};
 use std::rc::Rc;
 
+use super::error::WorkerError;
 use super::reply::Replies;
 use super::state::{self, FileStore, PerfClock};
 use crate::io::now_ms;
@@ -43,7 +44,7 @@ struct Asked {
 }
 
 impl Asked {
-    fn find(split_name: &str, id: &str) -> Result<Asked, String> {
+    fn find(split_name: &str, id: &str) -> Result<Asked, WorkerError> {
         let (model, s) = (state::model()?, state::split(split_name)?);
         let record = s
             .get(id)
@@ -92,7 +93,7 @@ pub async fn question(
     split_name: &str,
     id: &str,
     settings: Settings,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let Asked {
         model,
         record,
@@ -134,7 +135,7 @@ pub async fn free(
     id: &str,
     text: &str,
     settings: Settings,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let Asked {
         model,
         record,
@@ -145,10 +146,7 @@ pub async fn free(
         .await
         .map_err(|e| e.to_string())?;
     if !missing.is_empty() {
-        return Err(format!(
-            "cannot read the study's images: {}",
-            missing.join("; ")
-        ));
+        return Err(format!("cannot read the study's images: {}", missing.join("; ")).into());
     }
     let ids = model
         .tokenize_rendered(

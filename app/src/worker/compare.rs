@@ -4,13 +4,18 @@
 use rexvqa_engine::compare::{RunPredictions, compare as compare_runs, read_predictions};
 use web_sys::File;
 
+use super::error::WorkerError;
 use super::runs;
 use crate::io::read_blob;
 use crate::protocol::{CompareSide, Event};
 
 /// The comparison of `a` and `b`; `attached` holds the files of the sides that are files, A's
 /// first.
-pub async fn compare(a: CompareSide, b: CompareSide, attached: Vec<File>) -> Result<Event, String> {
+pub async fn compare(
+    a: CompareSide,
+    b: CompareSide,
+    attached: Vec<File>,
+) -> Result<Event, WorkerError> {
     let mut files = attached.into_iter();
     let a = side(a, &mut files).await?;
     let b = side(b, &mut files).await?;
@@ -24,7 +29,7 @@ pub async fn compare(a: CompareSide, b: CompareSide, attached: Vec<File>) -> Res
 async fn side(
     s: CompareSide,
     files: &mut impl Iterator<Item = File>,
-) -> Result<RunPredictions, String> {
+) -> Result<RunPredictions, WorkerError> {
     match s {
         CompareSide::File { name } => {
             let f = files.next().ok_or_else(|| {
@@ -32,7 +37,7 @@ async fn side(
             })?;
             let text = String::from_utf8(read_blob(&f).await?)
                 .map_err(|_| format!("{name}: not UTF-8 text"))?;
-            read_predictions(&name, &text, None).map_err(|e| e.to_string())
+            Ok(read_predictions(&name, &text, None)?)
         }
         CompareSide::Run { run_id } => runs::predictions(&run_id).await,
     }

@@ -11,6 +11,7 @@ use rexvqa_engine::image;
 use rexvqa_engine::rexvqa::{QuestionFilter, Split, folder};
 use web_sys::File;
 
+use super::error::WorkerError;
 use super::reply::Replies;
 use super::state::{self, FileStore};
 use crate::io::read_blob;
@@ -22,9 +23,9 @@ type Named = (String, File);
 
 /// Opens picked files (`paths[i]` is `list[i]`'s path in the picked folder): split files and
 /// images are indexed, archive parts unpacked afterwards.
-pub async fn open(out: Replies, paths: Vec<String>, list: Vec<File>) -> Result<(), String> {
+pub async fn open(out: Replies, paths: Vec<String>, list: Vec<File>) -> Result<(), WorkerError> {
     if paths.len() != list.len() {
-        return Err(format!("{} paths for {} files", paths.len(), list.len()));
+        return Err(format!("{} paths for {} files", paths.len(), list.len()).into());
     }
     let (archives, rest): (Vec<Named>, Vec<Named>) = paths
         .into_iter()
@@ -43,9 +44,11 @@ pub async fn open(out: Replies, paths: Vec<String>, list: Vec<File>) -> Result<(
 }
 
 /// Unpacks archive parts into browser storage, then reports the dataset again.
-async fn unpack_archives(out: Replies, parts: Vec<Named>) -> Result<(), String> {
+async fn unpack_archives(out: Replies, parts: Vec<Named>) -> Result<(), WorkerError> {
     if state::with(|s| s.unpack_cancel.is_some()) {
-        return Err("an archive is already being unpacked: wait for it or stop it".into());
+        return Err(WorkerError::Busy(
+            "an archive is already being unpacked: wait for it or stop it".into(),
+        ));
     }
     // Only what the open splits reference; every image when no split is open yet.
     let want: Option<HashSet<String>> = state::with(|s| {
@@ -78,9 +81,9 @@ pub fn cancel_unpack() {
 }
 
 /// Deletes the unpacked images and reports the dataset again.
-pub async fn delete_unpacked(out: Replies) -> Result<(), String> {
+pub async fn delete_unpacked(out: Replies) -> Result<(), WorkerError> {
     if state::with(|s| s.unpack_cancel.is_some()) {
-        return Err("stop the unpacking first".into());
+        return Err(WorkerError::Busy("stop the unpacking first".into()));
     }
     unpack::delete().await?;
     state::with(|s| s.unpacked = Rc::default());
@@ -107,7 +110,7 @@ fn current_summary() -> DatasetSummary {
 }
 
 /// Indexes a picked folder (or picked JSON/PNG files) and reads its split files.
-async fn index_folder(pairs: Vec<Named>) -> Result<DatasetSummary, String> {
+async fn index_folder(pairs: Vec<Named>) -> Result<DatasetSummary, WorkerError> {
     let mut map = HashMap::new();
     for (p, f) in pairs {
         for key in folder::index_keys(&p) {
@@ -164,13 +167,13 @@ pub fn list_questions(
     filter: &QuestionFilter,
     offset: usize,
     limit: usize,
-) -> Result<Event, String> {
+) -> Result<Event, WorkerError> {
     let s = state::split(split)?;
     Ok(Event::Questions(s.list_questions(filter, offset, limit)))
 }
 
 /// One question of an open split, with which of its images are at hand.
-pub fn question(split: &str, id: &str) -> Result<Event, String> {
+pub fn question(split: &str, id: &str) -> Result<Event, WorkerError> {
     let files = FileStore::current();
     let d = state::split(split)?
         .question_detail(split, id, |p| files.has(p))
@@ -179,7 +182,7 @@ pub fn question(split: &str, id: &str) -> Result<Event, String> {
 }
 
 /// Posts an image's decoded samples (u16, channels interleaved) for the viewer.
-pub async fn image(out: Replies, path: &str) -> Result<(), String> {
+pub async fn image(out: Replies, path: &str) -> Result<(), WorkerError> {
     let bytes = FileStore::current().read(path).await?;
     let d = image::decode(&bytes).map_err(|e| format!("{path}: {e}"))?;
     out.post_pixels(path, &d);

@@ -9,6 +9,7 @@
 mod ask;
 mod compare;
 mod dataset;
+mod error;
 mod model;
 mod own;
 mod quiz;
@@ -27,6 +28,7 @@ use wasm_bindgen::JsCast;
 use web_sys::{DedicatedWorkerGlobalScope, File, MessageEvent};
 
 use crate::protocol::{Call, Event, MemoryUse, Request};
+use error::WorkerError;
 use reply::Replies;
 use runs::Control;
 
@@ -40,7 +42,7 @@ fn ask_settings(mode: Mode, policy: Policy, all_images: bool) -> Settings {
 }
 
 /// Runs one request; its events go to `out`.
-async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), String> {
+async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), WorkerError> {
     match req {
         Request::ProbeGpu => out.post(model::probe_gpu().await),
         Request::SetCompute { compute } => model::set_compute(compute),
@@ -139,7 +141,9 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), St
         Request::TestInjectFault { form } => selftest::inject_fault(&form).await?,
         Request::TestJournalCap { bytes } => {
             if !cfg!(debug_assertions) {
-                return Err("test hooks exist only in debug builds".into());
+                return Err(WorkerError::TestHook(
+                    "test hooks exist only in debug builds",
+                ));
             }
             state::with(|st| st.journal_cap = bytes);
         }
@@ -150,11 +154,13 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), St
 
 /// Panics in a debug build, for the end-to-end test of the page's fatal-error path; a release
 /// build refuses.
-fn test_panic() -> Result<(), String> {
+fn test_panic() -> Result<(), WorkerError> {
     if cfg!(debug_assertions) {
         panic!("test-only panic requested by the page");
     }
-    Err("test panics exist only in debug builds".into())
+    Err(WorkerError::TestHook(
+        "test panics exist only in debug builds",
+    ))
 }
 
 /// Runs a call; reports its error, the worker's memory after it, and its end.

@@ -15,6 +15,7 @@ use rexvqa_engine::selftest::Plan;
 use rexvqa_engine::session::{LoadOptions, Model};
 use web_sys::File;
 
+use super::error::WorkerError;
 use super::reply::Replies;
 use super::selftest::Verdict;
 use super::state::{self, Adapter, Loaded, PerfClock, Probe};
@@ -49,7 +50,7 @@ pub fn set_compute(compute: Compute) {
 }
 
 /// The device the next model loads on, with a sentence saying which and why.
-async fn choose_device() -> Result<(Device, String), String> {
+async fn choose_device() -> Result<(Device, String), WorkerError> {
     let (pref, mut probe) = state::with(|s| (s.compute, s.probe.clone()));
     if probe == Probe::NotYet {
         probe_gpu().await;
@@ -117,20 +118,22 @@ pub async fn failed_from_device_loss() -> bool {
 
 /// Debug builds: destroys the WebGPU device, for the end-to-end test of the page's recovery; a
 /// release build refuses.
-pub fn test_lose_device() -> Result<(), String> {
+pub fn test_lose_device() -> Result<(), WorkerError> {
     if !cfg!(debug_assertions) {
-        return Err("test hooks exist only in debug builds".into());
+        return Err(WorkerError::TestHook(
+            "test hooks exist only in debug builds",
+        ));
     }
     if device::destroy_for_test() {
         Ok(())
     } else {
-        Err("no WebGPU device is open".into())
+        Err(WorkerError::TestHook("no WebGPU device is open"))
     }
 }
 
 /// Copies the picked pair (text first, then the optional mmproj) into storage after checking
 /// its headers, then loads it.
-pub async fn import(out: Replies, attached: &[File]) -> Result<(), String> {
+pub async fn import(out: Replies, attached: &[File]) -> Result<(), WorkerError> {
     let text = attached.first().ok_or("choose the text GGUF file")?;
     let mmproj = attached.get(1);
     let headers = PairHeaders::read(
@@ -152,7 +155,7 @@ pub async fn import(out: Replies, attached: &[File]) -> Result<(), String> {
         if let (Some(n), Some(m)) = (&mname, mmproj) {
             storage::store_file(out, &dir, n, m, MMPROJ_ARCH).await?;
         }
-        Ok::<(), String>(())
+        Ok::<(), WorkerError>(())
     }
     .await;
     // The list shows a stopped copy as partial, whatever happened.
@@ -165,7 +168,7 @@ pub async fn import(out: Replies, attached: &[File]) -> Result<(), String> {
 }
 
 /// Downloads a pair into storage (resumable), then loads it.
-pub async fn download(out: Replies, text_url: &str, mmproj_url: &str) -> Result<(), String> {
+pub async fn download(out: Replies, text_url: &str, mmproj_url: &str) -> Result<(), WorkerError> {
     let dir = models_dir().await?;
     let (t, m) = (
         storage::url_file_name(text_url),
@@ -185,7 +188,7 @@ pub async fn load_stored(
     text: &str,
     mmproj: Option<&str>,
     headers: Option<PairHeaders>,
-) -> Result<ModelCard, String> {
+) -> Result<ModelCard, WorkerError> {
     let dir = models_dir().await?;
     // One source per file for headers, hash and weights: synchronous handles read straight into
     // wasm memory (no JS copy per read); they lock the files until the load is over.
@@ -334,7 +337,7 @@ async fn hash_and_load<S: RangeSource>(
     pair: &Pair<'_, S>,
     device: &Device,
     busy: &Cell<bool>,
-) -> Result<LoadedPair, String> {
+) -> Result<LoadedPair, WorkerError> {
     if !device::queues_work(device) {
         // wasm32 ends at 4 GiB: refuse a pair that cannot fit before allocating any of it.
         Footprint::cpu(&pair.headers.text, pair.headers.mmproj.as_ref())
@@ -396,7 +399,7 @@ pub async fn bench(
     decode: usize,
     official_max_tokens: usize,
     kernel_rows: Vec<usize>,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let model = state::model()?;
     state::no_eval_running("benchmark")?;
     let opts = rexvqa_engine::bench::BenchOptions {

@@ -9,6 +9,7 @@ use rexvqa_engine::picture;
 use rexvqa_engine::session::{Mode, Session};
 use web_sys::File;
 
+use super::error::WorkerError;
 use super::reply::Replies;
 use super::state::{self, Opened, PerfClock};
 use crate::io::{now_ms, read_blob};
@@ -17,7 +18,7 @@ use rexvqa_engine::eval::Answer;
 use rexvqa_engine::rexvqa::Letter;
 
 /// Decodes the attached files as the user's study (replacing the previous one).
-pub async fn open(out: Replies, names: Vec<String>, files: Vec<File>) -> Result<(), String> {
+pub async fn open(out: Replies, names: Vec<String>, files: Vec<File>) -> Result<(), WorkerError> {
     let mut listed = Vec::with_capacity(files.len());
     let mut opened = Vec::new();
     for (i, f) in files.iter().enumerate() {
@@ -64,9 +65,9 @@ pub async fn open(out: Replies, names: Vec<String>, files: Vec<File>) -> Result<
 
 /// Posts the model's 8-bit input of every opened image under `policy` (`own-input/<i>`), and
 /// how each was made.
-pub fn inputs(out: Replies, policy: Policy) -> Result<(), String> {
+pub fn inputs(out: Replies, policy: Policy) -> Result<(), WorkerError> {
     let model = state::model()?;
-    let made = state::with(|s| -> Result<Vec<(String, Decoded)>, String> {
+    let made = state::with(|s| -> Result<Vec<(String, Decoded)>, WorkerError> {
         s.own
             .iter()
             .map(|o| {
@@ -102,13 +103,13 @@ pub async fn ask(
     options: &[String],
     mode: Mode,
     policy: Policy,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let model = state::model()?;
     let study = OwnStudy::new(state::with(|s| {
         s.own.iter().map(|o| o.bytes.clone()).collect()
     }));
     if study.is_empty() {
-        return Err("open your images first".into());
+        return Err(WorkerError::NoOwnImages);
     }
     let cache = match state::with(|s| s.own_cache.take()) {
         Some((made_with, cache)) if made_with == policy => cache,

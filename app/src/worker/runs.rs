@@ -13,6 +13,7 @@ use rexvqa_engine::session::Session;
 use rexvqa_engine::{calibrate, score};
 use web_sys::File;
 
+use super::error::WorkerError;
 use super::reply::Replies;
 use super::state::{self, EvalCtl, FileStore, PerfClock};
 use crate::io::{self, Dir, opfs_root, read_blob, sleep};
@@ -24,8 +25,8 @@ use crate::protocol::{
 /// Questions a calibration times.
 const CALIBRATION_QUESTIONS: usize = 20;
 
-async fn runs_dir() -> Result<Dir, String> {
-    opfs_root().await?.dir("runs", true).await
+async fn runs_dir() -> Result<Dir, WorkerError> {
+    Ok(opfs_root().await?.dir("runs", true).await?)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -41,14 +42,14 @@ struct RunMeta {
     total: usize,
 }
 
-async fn read_run(run_id: &str) -> Result<(RunMeta, Vec<Answer>), String> {
+async fn read_run(run_id: &str) -> Result<(RunMeta, Vec<Answer>), WorkerError> {
     let (meta, journal) = read_run_bytes(run_id).await?;
     Ok((meta, eval::read_journal(&String::from_utf8_lossy(&journal))))
 }
 
 /// A run's meta and its journal's bytes (none before its first answer). Bytes, not text: a
 /// line torn inside a character must not make the whole journal unreadable.
-async fn read_run_bytes(run_id: &str) -> Result<(RunMeta, Vec<u8>), String> {
+async fn read_run_bytes(run_id: &str) -> Result<(RunMeta, Vec<u8>), WorkerError> {
     let dir = runs_dir().await?;
     let meta: RunMeta = serde_json::from_str(&dir.read_text(&format!("{run_id}.json")).await?)
         .map_err(|e| format!("run {run_id}: {e}"))?;
@@ -60,7 +61,7 @@ async fn read_run_bytes(run_id: &str) -> Result<(RunMeta, Vec<u8>), String> {
 }
 
 /// The stored runs, newest first.
-pub async fn list_runs() -> Result<Vec<RunInfo>, String> {
+pub async fn list_runs() -> Result<Vec<RunInfo>, WorkerError> {
     let dir = runs_dir().await?;
     let mut out = Vec::new();
     for name in dir.names().await? {
@@ -86,11 +87,11 @@ pub async fn list_runs() -> Result<Vec<RunInfo>, String> {
 }
 
 /// Deletes a stored run.
-pub async fn delete(run_id: &str) -> Result<(), String> {
+pub async fn delete(run_id: &str) -> Result<(), WorkerError> {
     let dir = runs_dir().await?;
     // A run stopped before its first answer has no journal.
     let _ = dir.remove(&format!("{run_id}.jsonl")).await;
-    dir.remove(&format!("{run_id}.json")).await
+    Ok(dir.remove(&format!("{run_id}.json")).await?)
 }
 
 /// The browser's run journal: the run's OPFS file, flushed after each group.
@@ -183,7 +184,7 @@ impl eval_run::Observer for PageObserver<'_> {
     }
 }
 
-async fn run(out: Replies, run_id: String) -> Result<(), String> {
+async fn run(out: Replies, run_id: String) -> Result<(), WorkerError> {
     let (meta, journal) = read_run_bytes(&run_id).await?;
     let eval::Resume { mut done, keep } = eval::Resume::from_bytes(&journal);
     let (model, s) = (state::model()?, state::split(&meta.split)?);
@@ -198,7 +199,8 @@ async fn run(out: Replies, run_id: String) -> Result<(), String> {
         return Err(format!(
             "run {run_id}: its journal holds {stored} bytes but {} were read; not resuming",
             journal.len()
-        ));
+        )
+        .into());
     }
     file.truncate(keep as u64)?;
     let ctl = Rc::new(EvalCtl {
@@ -253,11 +255,13 @@ pub async fn start(
     split_name: String,
     scope: Scope,
     settings: Settings,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let s = state::split(&split_name)?;
     state::model()?;
     if state::with(|st| st.eval.is_some()) {
-        return Err("an evaluation is already running: pause or cancel it first".into());
+        return Err(WorkerError::Busy(
+            "an evaluation is already running: pause or cancel it first".into(),
+        ));
     }
     let total = s.select(&scope).map_err(|e| e.to_string())?.len();
     let run_id = format!("run-{}", js_sys::Date::now() as u64);
@@ -283,19 +287,20 @@ pub async fn start(
         .await
     {
         Ok(()) => run(out, run_id).await,
-        Err(io::WriteError::NoSpace) => Err(format!(
-            "{}: the run could not start. {}, then start it again.",
-            io::storage_full().await,
-            io::FREE_SPACE
-        )),
+        Err(io::WriteError::NoSpace) => Err(WorkerError::StorageFull {
+            usage: io::storage_full().await,
+            what: "the run could not start",
+            advice: io::FREE_SPACE,
+            retry: "start it again",
+        }),
         Err(e) => Err(e.into()),
     }
 }
 
 /// Resumes a stored run where its journal ends.
-pub async fn resume(out: Replies, run_id: String) -> Result<(), String> {
+pub async fn resume(out: Replies, run_id: String) -> Result<(), WorkerError> {
     if state::with(|st| st.eval.is_some()) {
-        return Err("an evaluation is already running".into());
+        return Err(WorkerError::Busy("an evaluation is already running".into()));
     }
     run(out, run_id).await
 }
@@ -323,7 +328,7 @@ pub fn control(c: Control) {
 }
 
 /// The report of a stored run, finished or not.
-pub async fn report(run_id: String) -> Result<Event, String> {
+pub async fn report(run_id: String) -> Result<Event, WorkerError> {
     let (meta, answers) = read_run(&run_id).await?;
     let s = state::split(&meta.split)?;
     let report = eval::report(&s, &answers, &meta.settings, meta.total);
@@ -332,17 +337,20 @@ pub async fn report(run_id: String) -> Result<Event, String> {
 
 /// A stored run's answers as predictions to compare, read back through its leaderboard file so
 /// that the run and its download compare the same.
-pub async fn predictions(run_id: &str) -> Result<RunPredictions, String> {
+pub async fn predictions(run_id: &str) -> Result<RunPredictions, WorkerError> {
     let (meta, answers) = read_run(run_id).await?;
     let s = state::split(&meta.split).map_err(|e| format!("run {run_id}: {e}"))?;
     let text =
         serde_json::to_string(&eval::leaderboard(&s, &answers)).map_err(|e| e.to_string())?;
-    read_predictions(&format!("{run_id} ({})", meta.model), &text, Some(&s))
-        .map_err(|e| e.to_string())
+    Ok(read_predictions(
+        &format!("{run_id} ({})", meta.model),
+        &text,
+        Some(&s),
+    )?)
 }
 
 /// A stored run as a file to save.
-pub async fn export(run_id: &str, format: RunExport) -> Result<Event, String> {
+pub async fn export(run_id: &str, format: RunExport) -> Result<Event, WorkerError> {
     let (meta, answers) = read_run(run_id).await?;
     let s = state::split(&meta.split)?;
     let report = eval::report(&s, &answers, &meta.settings, meta.total);
@@ -361,7 +369,11 @@ pub async fn export(run_id: &str, format: RunExport) -> Result<Event, String> {
 }
 
 /// The report of leaderboard prediction files (shards, `names[i]` is `list[i]`'s) merged.
-pub async fn merge(split_name: &str, names: Vec<String>, list: Vec<File>) -> Result<Event, String> {
+pub async fn merge(
+    split_name: &str,
+    names: Vec<String>,
+    list: Vec<File>,
+) -> Result<Event, WorkerError> {
     let s = state::split(split_name)?;
     let mut texts = Vec::new();
     for (n, f) in names.into_iter().zip(list) {
@@ -393,7 +405,7 @@ pub async fn calibrate(
     split_name: &str,
     scope: &Scope,
     settings: &Settings,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let (model, s) = (state::model()?, state::split(split_name)?);
     state::no_eval_running("calibrate")?;
     let indices = s.select(scope).map_err(|e| e.to_string())?;

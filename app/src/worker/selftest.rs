@@ -11,6 +11,7 @@ use rexvqa_engine::device::{self, Device};
 use rexvqa_engine::kernels::forms;
 use rexvqa_engine::selftest::{self, Plan, Report};
 
+use super::error::WorkerError;
 use super::state::PerfClock;
 use crate::io;
 
@@ -89,12 +90,12 @@ async fn kept() -> BTreeMap<String, Report> {
         .unwrap_or_default()
 }
 
-async fn keep(all: &BTreeMap<String, Report>) -> Result<(), String> {
+async fn keep(all: &BTreeMap<String, Report>) -> Result<(), WorkerError> {
     let text = serde_json::to_string(all).map_err(|e| e.to_string())?;
     let dir = io::opfs_root().await?.dir(DIR, true).await?;
     dir.write_text(FILE, &text)
         .await
-        .map_err(|e| format!("keeping the self-test verdict: {}", String::from(e)))
+        .map_err(|e| format!("keeping the self-test verdict: {}", String::from(e)).into())
 }
 
 /// The verdict kept for `device` and the model's `plan`, its turned-off forms applied again;
@@ -130,9 +131,11 @@ pub async fn run(device: &Device, plan: &Plan) -> Verdict {
 
 /// Debug builds: makes `form` (its snake-case name, e.g. `naive`) give wrong results and forgets
 /// the kept verdicts, so the next load runs the self-test again and must catch it.
-pub async fn inject_fault(form: &str) -> Result<(), String> {
+pub async fn inject_fault(form: &str) -> Result<(), WorkerError> {
     if !cfg!(debug_assertions) {
-        return Err("test hooks exist only in debug builds".into());
+        return Err(WorkerError::TestHook(
+            "test hooks exist only in debug builds",
+        ));
     }
     let f: forms::Form = serde_json::from_value(serde_json::Value::String(form.into()))
         .map_err(|_| format!("{form:?} is not a kernel form"))?;

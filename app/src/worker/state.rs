@@ -13,6 +13,7 @@ use rexvqa_engine::session::{Model, StudyCache};
 use wasm_bindgen::JsCast;
 use web_sys::File;
 
+use super::error::WorkerError;
 use crate::io::{now_ms, read_blob};
 use crate::protocol::{Compute, DatasetSummary};
 use crate::unpack::{self, ImageIndex};
@@ -111,23 +112,21 @@ pub fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
 }
 
 /// The loaded model.
-pub fn model() -> Result<Rc<Model>, String> {
-    with(|s| s.loaded.as_ref().map(|l| l.model.clone()))
-        .ok_or_else(|| "load a model first (Model panel)".to_string())
+pub fn model() -> Result<Rc<Model>, WorkerError> {
+    with(|s| s.loaded.as_ref().map(|l| l.model.clone())).ok_or(WorkerError::NoModel)
 }
 
 /// An open split.
-pub fn split(name: &str) -> Result<Rc<Split>, String> {
-    with(|s| s.splits.get(name).cloned())
-        .ok_or_else(|| format!("split {name:?} is not open: open the dataset folder first"))
+pub fn split(name: &str) -> Result<Rc<Split>, WorkerError> {
+    with(|s| s.splits.get(name).cloned()).ok_or_else(|| WorkerError::SplitNotOpen(name.to_string()))
 }
 
 /// Refuses work that must not run beside an evaluation.
-pub fn no_eval_running(what: &str) -> Result<(), String> {
+pub fn no_eval_running(what: &str) -> Result<(), WorkerError> {
     if with(|s| s.eval.is_some()) {
-        return Err(format!(
+        return Err(WorkerError::Busy(format!(
             "an evaluation is running: {what} before or after it"
-        ));
+        )));
     }
     Ok(())
 }

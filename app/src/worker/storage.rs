@@ -8,14 +8,15 @@ use rexvqa_engine::gguf::RangeSource;
 use rexvqa_engine::storage::{WriteRefused, safe_name};
 use web_sys::File;
 
+use super::error::WorkerError;
 use super::reply::Replies;
 use super::runs;
 use crate::io::{self, Dir, now_ms, opfs_root};
 use crate::protocol::{CacheListing, Event, StorageUsage, StoredFile};
 
 /// The folder of model files.
-pub async fn models_dir() -> Result<Dir, String> {
-    opfs_root().await?.dir("models", true).await
+pub async fn models_dir() -> Result<Dir, WorkerError> {
+    Ok(opfs_root().await?.dir("models", true).await?)
 }
 
 /// The storage name of a picked or downloaded model file.
@@ -48,7 +49,7 @@ async fn read_meta(dir: &Dir, name: &str) -> Option<FileMeta> {
     serde_json::from_str(&t).ok()
 }
 
-async fn write_meta(dir: &Dir, name: &str, meta: &FileMeta) -> Result<(), String> {
+async fn write_meta(dir: &Dir, name: &str, meta: &FileMeta) -> Result<(), WorkerError> {
     let text = serde_json::to_string(meta).map_err(|e| e.to_string())?;
     Ok(dir.write_text(&meta_name(name), &text).await?)
 }
@@ -59,7 +60,7 @@ pub async fn stored_sha256(
     dir: &Dir,
     name: &str,
     src: &impl RangeSource,
-) -> Result<String, String> {
+) -> Result<String, WorkerError> {
     let mut meta = match dir.read_text(&meta_name(name)).await {
         Ok(t) => serde_json::from_str(&t).map_err(|e| format!("{}: {e}", meta_name(name)))?,
         Err(_) => FileMeta {
@@ -94,7 +95,7 @@ pub async fn stored_sha256(
 }
 
 /// The stored models and runs, and how much storage they take.
-pub async fn list_cache() -> Result<Event, String> {
+pub async fn list_cache() -> Result<Event, WorkerError> {
     let dir = models_dir().await?;
     let mut models = Vec::new();
     for name in dir.names().await? {
@@ -118,7 +119,7 @@ pub async fn list_cache() -> Result<Event, String> {
 }
 
 /// Deletes a stored model file and its meta file.
-pub async fn delete_model(name: &str) -> Result<(), String> {
+pub async fn delete_model(name: &str) -> Result<(), WorkerError> {
     let dir = models_dir().await?;
     dir.remove(name).await?;
     // An interrupted copy may have left no meta file.
@@ -150,7 +151,7 @@ async fn copied_before(dir: &Dir, name: &str, file: &File) -> u64 {
 
 /// Refuses, before any byte is written, a copy of `files` (as the names they get) that does not
 /// fit in the origin's quota.
-pub async fn check_room(dir: &Dir, files: &[(String, &File)]) -> Result<(), String> {
+pub async fn check_room(dir: &Dir, files: &[(String, &File)]) -> Result<(), WorkerError> {
     let mut need = 0;
     for (name, f) in files {
         need += (f.size() as u64).saturating_sub(copied_before(dir, name, f).await);
@@ -164,7 +165,7 @@ pub async fn check_room(dir: &Dir, files: &[(String, &File)]) -> Result<(), Stri
         usage.used as u64,
         usage.quota as u64,
     )
-    .map_err(|e| e.to_string())
+    .map_err(WorkerError::from)
 }
 
 /// Copies `file` into storage as `name`, continuing a partial copy of the same file, and keeps
@@ -177,7 +178,7 @@ pub async fn store_file(
     name: &str,
     file: &File,
     arch: &str,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let total = file.size() as u64;
     let mut meta = FileMeta {
         expected: total,
@@ -232,9 +233,9 @@ pub async fn store_file(
                         usage: usage.map_or(0, |u| u.used as u64),
                         quota: usage.map_or(0, |u| u.quota as u64),
                     }
-                    .to_string()
+                    .into()
                 }
-                other => other.into(),
+                other => WorkerError::Other(other.into()),
             });
         }
         hash.update(&bytes.to_vec());
@@ -254,7 +255,7 @@ pub async fn store_file(
 
 /// A digest of the first `len` bytes already stored through `sink` (a resumed copy or download
 /// hashes what the interrupted one wrote, since a digest's state is not kept across reloads).
-fn hash_stored(sink: &io::SyncFile, len: u64) -> Result<Sha256Stream, String> {
+fn hash_stored(sink: &io::SyncFile, len: u64) -> Result<Sha256Stream, WorkerError> {
     let mut hash = Sha256Stream::new();
     let mut at = 0;
     while at < len {
@@ -272,7 +273,7 @@ pub async fn download(
     name: &str,
     url: &str,
     arch: &str,
-) -> Result<(), String> {
+) -> Result<(), WorkerError> {
     let prev = read_meta(dir, name).await;
     let sink = dir.open_sync(name, true).await?;
     let mut done = match &prev {
@@ -296,7 +297,10 @@ pub async fn download(
         done = 0;
         sink.truncate(0)?;
     } else if status != 200.0 && status != 206.0 {
-        return Err(format!("{url}: HTTP {status}"));
+        return Err(WorkerError::Http {
+            url: url.to_string(),
+            status,
+        });
     }
     let len = Reflect::get(&resp, &"headers".into())
         .ok()
