@@ -62,6 +62,10 @@ impl Reply {
 
 #[cfg(test)]
 mod tests {
+    use rexvqa_engine::eval::Settings;
+    use rexvqa_engine::eval::export::RunExport;
+    use rexvqa_engine::rexvqa::Scope;
+
     use super::*;
 
     #[test]
