@@ -53,7 +53,8 @@ impl Kernel {
         }
     }
 
-    /// Runs the kernel; shapes as [`crate::model::attention::attention`]'s. GPU devices only ([`Kernel::supports`]).
+    /// Runs the kernel; shapes as [`crate::model::attention::attention`]'s. GPU devices only
+    /// ([`Kernel::supports`]).
     pub fn run(
         self,
         q: Tensor<3>,

@@ -1,8 +1,8 @@
 //! Attention for a few query rows at head widths up to 256 (Gemma 3's decoder decoding), one
 //! dispatch: one workgroup per query row and head.
 //!
-//! Why: [`super::fused_attention`] keeps a query row and its accumulator in one invocation's registers,
-//! which caps the head width at 128, so MedGemma 4B's decoder (256) took the blocked path:
+//! Why: [`super::fused_attention`] keeps a query row and its accumulator in one invocation's
+//! registers, which caps the head width at 128, so MedGemma 4B's decoder (256) took the blocked path:
 //! about 13 dispatches per layer and token (a KV-head expansion copy, two matmuls, mask, a
 //! three-pass softmax). Here the workgroup's invocations split the work instead: each scores
 //! one key of a chunk of 256 against the query (staged in workgroup memory), the chunk's

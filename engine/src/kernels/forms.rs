@@ -1,9 +1,9 @@
 //! The kernel forms the automatic choices pick from, and the process-wide set of forms the
 //! device self-test ([`crate::selftest`]) turned off. A form that gave a wrong result on this
-//! adapter is skipped by every automatic choice ([`crate::quant::Kernel::Auto`], [`crate::quant::Half::Auto`],
-//! fused attention, the fused row kernels, device argmax), which then takes the next form in its
-//! order of preference; explicitly requested forms still run (tests and benchmarks name them on
-//! purpose).
+//! adapter is skipped by every automatic choice ([`crate::quant::Kernel::Auto`],
+//! [`crate::quant::Half::Auto`], fused attention, the fused row kernels, device argmax), which
+//! then takes the next form in its order of preference; explicitly requested forms still run
+//! (tests and benchmarks name them on purpose).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};

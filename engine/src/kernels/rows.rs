@@ -472,8 +472,8 @@ pub fn rms_norm_rope(
 }
 
 /// Fused q/k RMSNorm + RoPE with the cache write (see [`RowOps::fused_qk_norm_rope_store`]):
-/// `qkv [t, (heads + 2·kv_heads)·d]`, `norms [2d]`, `table [t, d]` ([`crate::model::nn::rope_table`]);
-/// returns RoPE(RMSNorm(q)) `[t, heads, d]` and the key and value buffers holding the new rows.
+/// `qkv [t, (heads + 2·kv_heads)·d]`, `norms [2d]`, `table [t, d]`
+/// ([`crate::model::nn::rope_table`]); returns RoPE(RMSNorm(q)) `[t, heads, d]` and the key and value buffers holding the new rows.
 #[allow(clippy::too_many_arguments)]
 pub fn qk_norm_rope_store(
     qkv: BurnTensor<2>,

@@ -10,19 +10,19 @@
 //! 2. Here: its `dequantize_*` in [`dequantize`]'s match, ggml's order of operations kept, and
 //!    its f16 fields in `f16_fields` (the kernels' `half` forms widen them).
 //! 3. [`dot`]: a `Blocks` impl and its arm in `dot_rows` (the CPU path).
-//! 4. [`crate::kernels::quant`]: its id in `ty` and its branch in the block decoder (the GPU path); `gpu.rs`:
-//!    its arm in `by_type!`. [`pack`] needs nothing unless its blocks are not whole `u32` words
-//!    (then note it where Q6_K, Q8_0 and Q5_0 are).
+//! 4. [`crate::kernels::quant`]: its id in `ty` and its branch in the block decoder (the GPU
+//!    path); `gpu.rs`: its arm in `by_type!`. [`pack`] needs nothing unless its blocks are not
+//!    whole `u32` words (then note it where Q6_K, Q8_0 and Q5_0 are).
 //! 5. `tests/reference/dequant_golden.py`: the type in `TYPES`; regenerate the golden. The
 //!    native tests (`dequant_gguf_py`, `qkernels`) and the device self-test then cover it on
 //!    the CPU and on every GPU form with no further code.
-
+//!
 //! # Rooms
 //! The CPU reference is this file. [`choice`] picks the kernel and f16 form for a device from
 //! its probes ([`probe`] runs the one that needs a kernel); [`ops`] is the `QuantOps` backend
-//! extension with its CPU implementation, `gpu.rs` the CubeCL one over [`crate::kernels::quant`]; [`qmatrix`]
-//! is the weight matrix the model holds. Arrows run one way: qmatrix → ops/choice, probe →
-//! qmatrix, gpu → ops/choice/kernels.
+//! extension with its CPU implementation, `gpu.rs` the CubeCL one over
+//! [`crate::kernels::quant`]; [`qmatrix`] is the weight matrix the model holds. Arrows run one
+//! way: qmatrix → ops/choice, probe → qmatrix, gpu → ops/choice/kernels.
 
 use half::{bf16, f16};
 
