@@ -62,6 +62,7 @@ pub struct UnpackArgs {
     pub parts: Vec<PathBuf>,
 }
 
+/// `rexvqa synth`: a synthetic split written in the real layout.
 pub fn synth(args: SynthArgs) -> Result<(), String> {
     let SynthArgs {
         out,
@@ -107,6 +108,7 @@ pub fn synth(args: SynthArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `rexvqa synth-model`: the synthetic MedGemma-4B-shaped GGUF pair.
 pub fn synth_model(args: SynthModelArgs) -> Result<(), String> {
     let SynthModelArgs {
         out,
@@ -145,6 +147,7 @@ pub fn synth_model(args: SynthModelArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `rexvqa unpack`: the archive's PNGs written out, resuming over those already there.
 pub fn unpack(args: UnpackArgs) -> Result<(), String> {
     let UnpackArgs { out, split, parts } = args;
     let (out, split) = (out.as_path(), split.as_deref());

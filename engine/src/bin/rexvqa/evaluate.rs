@@ -68,6 +68,7 @@ pub struct CalibrateArgs {
     pub project: Vec<(usize, usize)>,
 }
 
+/// `rexvqa answer`: one question, answered and printed as JSON.
 pub fn answer(args: AnswerArgs) -> Result<(), String> {
     let AnswerArgs { m, d, id } = args;
     let (split, folder) = open_split(&d)?;
@@ -98,6 +99,7 @@ pub fn answer(args: AnswerArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `rexvqa eval`: the scope answered (resumed from its journal), then the four report files.
 pub fn eval(args: EvalArgs) -> Result<(), String> {
     let EvalArgs {
         m,
@@ -194,6 +196,7 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `rexvqa calibrate`: a few whole studies timed, and the split's time projected.
 pub fn calibrate(args: CalibrateArgs) -> Result<(), String> {
     let CalibrateArgs {
         m,

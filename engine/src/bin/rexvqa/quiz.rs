@@ -36,6 +36,7 @@ pub struct QuizReportArgs {
     pub files: Vec<PathBuf>,
 }
 
+/// `rexvqa quiz`: the seeded quiz, printed as JSON.
 pub fn quiz(args: QuizArgs) -> Result<(), String> {
     let QuizArgs {
         split,
@@ -63,6 +64,7 @@ pub fn quiz(args: QuizArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `rexvqa quiz-report`: one results file's report, or several files' reader study.
 pub fn quiz_report(args: QuizReportArgs) -> Result<(), String> {
     let QuizReportArgs { split, files } = args;
     use rexvqa_engine::quiz;
