@@ -50,7 +50,10 @@ pub enum WorkerError {
     /// A predictions file that cannot be compared (unreadable, or not of the split).
     #[error(transparent)]
     Compare(#[from] rexvqa_engine::compare::CompareError),
-    /// A test hook asked of a release build, or one that needs a device where none is open.
+    /// A test hook asked of a release build.
+    #[error("test hooks exist only in debug builds")]
+    TestHooksOff,
+    /// A test hook that cannot run now (no device to lose, a panic refused); the text says why.
     #[error("{0}")]
     TestHook(&'static str),
     /// Text from the layer below (browser I/O, the engine), passed on as written.

@@ -141,9 +141,7 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), Wo
         Request::TestInjectFault { form } => selftest::inject_fault(&form).await?,
         Request::TestJournalCap { bytes } => {
             if !cfg!(debug_assertions) {
-                return Err(WorkerError::TestHook(
-                    "test hooks exist only in debug builds",
-                ));
+                return Err(WorkerError::TestHooksOff);
             }
             state::with(|st| st.journal_cap = bytes);
         }

@@ -120,9 +120,7 @@ pub async fn failed_from_device_loss() -> bool {
 /// release build refuses.
 pub fn test_lose_device() -> Result<(), WorkerError> {
     if !cfg!(debug_assertions) {
-        return Err(WorkerError::TestHook(
-            "test hooks exist only in debug builds",
-        ));
+        return Err(WorkerError::TestHooksOff);
     }
     if device::destroy_for_test() {
         Ok(())

@@ -44,7 +44,7 @@ struct RunMeta {
 
 async fn read_run(run_id: &str) -> Result<(RunMeta, Vec<Answer>), WorkerError> {
     let (meta, journal) = read_run_bytes(run_id).await?;
-    Ok((meta, eval::read_journal(&String::from_utf8_lossy(&journal))))
+    Ok((meta, eval::Resume::from_bytes(&journal).done))
 }
 
 /// A run's meta and its journal's bytes (none before its first answer). Bytes, not text: a

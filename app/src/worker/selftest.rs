@@ -133,9 +133,7 @@ pub async fn run(device: &Device, plan: &Plan) -> Verdict {
 /// the kept verdicts, so the next load runs the self-test again and must catch it.
 pub async fn inject_fault(form: &str) -> Result<(), WorkerError> {
     if !cfg!(debug_assertions) {
-        return Err(WorkerError::TestHook(
-            "test hooks exist only in debug builds",
-        ));
+        return Err(WorkerError::TestHooksOff);
     }
     let f: forms::Form = serde_json::from_value(serde_json::Value::String(form.into()))
         .map_err(|_| format!("{form:?} is not a kernel form"))?;

@@ -185,19 +185,11 @@ pub(super) async fn tiny_forward(
     head_dim: usize,
 ) -> Result<(Measured, Measured), String> {
     let cfg = tiny_config(head_dim);
-    let result = async {
-        let bytes = tiny_gguf(&cfg)?;
-        let on_device = load_tiny(&bytes, &cfg, device).await?;
-        let on_cpu = load_tiny(&bytes, &cfg, &crate::device::cpu()).await?;
-        let (got, last, id) = tiny_logits(&on_device).await?;
-        let (want, _, _) = tiny_logits(&on_cpu).await?;
-        Ok::<_, String>((got, want, last, id))
-    }
-    .await;
-    let (got, want, last, id) = match result {
-        Ok(r) => r,
-        Err(e) => return Err(e),
-    };
+    let bytes = tiny_gguf(&cfg)?;
+    let on_device = load_tiny(&bytes, &cfg, device).await?;
+    let on_cpu = load_tiny(&bytes, &cfg, &crate::device::cpu()).await?;
+    let (got, last, id) = tiny_logits(&on_device).await?;
+    let (want, _, _) = tiny_logits(&on_cpu).await?;
     let scale = want.iter().fold(0f64, |a, &b| a.max(f64::from(b).abs()));
     let mut worst = (0f64, 0usize);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {

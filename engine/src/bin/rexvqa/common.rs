@@ -8,7 +8,7 @@ use rexvqa_engine::device::{self, BackendKind};
 use rexvqa_engine::eval::{Clock, ImageStore, Settings};
 use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::image::Policy;
-use rexvqa_engine::rexvqa::Split;
+use rexvqa_engine::rexvqa::{Split, folder};
 use rexvqa_engine::session::{LoadOptions, Mode, Model};
 
 /// The model pair and where it runs.
@@ -179,16 +179,8 @@ pub fn file_sha256(path: &Path) -> Result<String, String> {
     pollster::block_on(rexvqa_engine::digest::sha256(&src, |_, _| {})).map_err(|e| err(path, e))
 }
 
-/// The split's name as the app names it: `test` for `metadata/test_vqa_data.json` (the file's
-/// stem for other names).
+/// The split's name as the app names it ([`folder::split_name`]): `test` for
+/// `metadata/test_vqa_data.json`.
 pub fn split_name(split: &Path) -> String {
-    let file = split.file_name().unwrap_or_default().to_string_lossy();
-    match file.strip_suffix("_vqa_data.json") {
-        Some(name) => name.to_string(),
-        None => split
-            .file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned(),
-    }
+    folder::split_name(&split.file_name().unwrap_or_default().to_string_lossy())
 }
