@@ -32,6 +32,10 @@ const context = await launch(a.trace ? [...extra, `--remote-debugging-port=${tra
 try {
   const { page, problems } = await openPage(context, server.url);
   await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ timeout: 120_000 });
+  // Without an adapter the card would run on nothing and never finish: say so at once.
+  if (a.compute === 'webgpu' && await page.getByTestId('gpu-unavailable').isVisible()) {
+    throw new Error(`no WebGPU adapter in this browser: ${await page.getByTestId('gpu-unavailable').innerText()}`);
+  }
   await page.getByTestId('tab-model').click();
   await page.getByTestId('compute').selectOption(a.compute);
   await page.getByTestId('model-text-input').setInputFiles(a.model);

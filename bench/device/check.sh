@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 fail() { echo "check.sh: $*" >&2; exit 1; }
 
-for f in bench/device/run.sh bench/device/pack.sh bench/device/collect.sh bench/device/check.sh bench/build_llamacpp.sh; do
+for f in bench/device/run.sh bench/device/pack.sh bench/device/collect.sh bench/device/check.sh bench/build_llamacpp.sh \
+  bench/device/pack-browser.sh bench/device/run-browser.sh; do
   bash -n "$f" || fail "$f: syntax"
 done
 # (ast.parse, not py_compile: nothing written into the tree.)
@@ -132,4 +133,56 @@ python3 bench/device/summarize.py "$out2/x" >"$tmp/sum2.json"
 grep -q '"selftest": "failed (exit 1); 1 of 2 checks passed, failed: naive q6_k"' "$tmp/sum2.json" ||
   { cat "$tmp/run2.log" "$tmp/sum2.json" >&2; fail "a failing self-test's checks are not summarised"; }
 grep -q '"skipped": true' "$out2/x/09-bench-one-submit.json" || { cat "$tmp/run2.log" >&2; fail "a step past the deadline is not marked skipped"; }
+# A kit without llama.cpp (KIT_LLAMA=0) and a step list: the llama.cpp steps and the steps not
+# listed are skipped and say why; env.sh keeps the set-up for the browser kit's later call.
+kit3=$tmp/kit3
+cp -r "$kit" "$kit3"
+python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1], "w:xz"); t.add(sys.argv[2] + "/bin/rexvqa", "bin/rexvqa"); t.add(sys.argv[2] + "/data", "data"); t.close()' \
+  "$kit3/payload.tar.xz" "$tmp/payload"
+out3=$tmp/out3 work3=$tmp/work3
+mkdir -p "$out3"
+OUT=$out3 KIT_DIR=$kit3 KIT_WORK=$work3 KIT_KEEP_WORK=1 KIT_STEPS=synth,bench-wgpu,llama-bench KIT_STEP_LIMIT_S=3 KIT_DEADLINE_S=60 \
+  bench/device/run.sh 2>"$tmp/run3.log" || { cat "$tmp/run3.log" >&2; fail "run.sh failed on a kit without llama.cpp"; }
+mkdir -p "$out3/x" && tar -C "$out3/x" -xf "$out3/steps.tar"
+grep -q '"exit_code": 0' "$out3/x/04-bench-wgpu.json" || fail "KIT_STEPS did not run bench-wgpu"
+grep -q 'no llama.cpp in this kit' "$out3/x/05-llama-bench.json" || fail "a kit without llama.cpp does not skip llama-bench"
+grep -q 'not in KIT_STEPS' "$out3/x/07-calibrate.json" || fail "a step not in KIT_STEPS is not skipped"
+( . "$work3/env.sh" && [ "${KIT_REX[-1]}" = "$work3/kit/bin/rexvqa" ] && [ "$KIT_WORK" = "$work3" ] ) || fail "run.sh's env.sh does not name the kit's rexvqa"
+
+# The browser kit's call sequence on a stub stream of three parts: each call stores its part, a
+# call with parts missing says so, the last unpacks and runs (no steps here), and a sequence whose
+# earlier part is gone (the machine went back between calls) stops with exit 3.
+bs=$tmp/bstream
+mkdir -p "$bs/p/lib" "$bs/p/fonts" "$bs/p/node" "$bs/p/dist" "$bs/p/chromium" "$bs/p/node_modules/playwright-core"
+printf '<fontconfig><dir>@ROOT@/fonts</dir></fontconfig>\n' >"$bs/p/fonts/fonts.conf"
+printf '#!/bin/sh\necho v0-stub\n' >"$bs/p/node/node" && chmod +x "$bs/p/node/node"
+head -c 300000 /dev/urandom >"$bs/p/chromium/chromium-headless-shell"
+echo '<html></html>' >"$bs/p/dist/index.html"
+(cd "$bs/p" && tar -cf - .) | xz -0 >"$bs/all.tar.xz"
+total=$(stat -c %s "$bs/all.tar.xz")
+third=$((total / 3 + 1))
+{
+  echo "stub browser kit (bench/device/check.sh)"
+  echo "stream: $total bytes, sha256 $(sha256sum "$bs/all.tar.xz" | cut -d' ' -f1)"
+  echo "parts: 3"
+  for i in 1 2 3; do
+    mkdir -p "$bs/kit$i/$i"
+    dd if="$bs/all.tar.xz" of="$bs/kit$i/$i/part.$i" bs=64K iflag=skip_bytes,count_bytes skip=$(((i - 1) * third)) count="$third" status=none
+    echo "part.$i $(stat -c %s "$bs/kit$i/$i/part.$i") $(sha256sum "$bs/kit$i/$i/part.$i" | cut -d' ' -f1)"
+  done
+} >"$bs/manifest.txt"
+for i in 1 2 3; do cp "$bs/manifest.txt" "$bs/kit$i/$i/"; done
+icd=$tmp/icd.json && echo '{}' >"$icd"
+bw=$tmp/bwork bout=$tmp/bout
+brun() { OUT=$bout BKIT_DIR=$bs/kit$1 BKIT_WORK=$bw BROWSER_STEPS=none BROWSER_REX=/bin/true BROWSER_ICD=$icd XDG_RUNTIME_DIR=$tmp/xdg \
+  bench/device/run-browser.sh 2>>"$tmp/brun.log"; }
+brun 1 || fail "run-browser.sh: the first part's call failed"
+grep -q 'have parts 1 of 3; the next call carries bench/device/bkit/2' "$tmp/brun.log" || { cat "$tmp/brun.log" >&2; fail "run-browser.sh does not name the next part"; }
+brun 2 && brun 3 || { cat "$tmp/brun.log" >&2; fail "run-browser.sh: the later calls failed"; }
+[ -f "$bw/root/chromium/chromium-headless-shell" ] && [ -f "$bout/browser-summary.json" ] || { cat "$tmp/brun.log" >&2; fail "run-browser.sh did not unpack and report"; }
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["steps"] == [], j' "$bout/browser-summary.json" ||
+  fail "run-browser.sh's summary is not JSON"
+rm -rf "$bw"
+brun 1 && { rc=0; brun 3 || rc=$?; [ "$rc" = 3 ]; } || { cat "$tmp/brun.log" >&2; fail "run-browser.sh goes on with a part missing (exit ${rc:-?})"; }
+
 echo "bench/device: scripts check out (stub run in $SECONDS s)${CHECK_KEEP:+; files in $tmp}"

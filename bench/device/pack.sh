@@ -19,7 +19,9 @@
 #   manifest.txt     what is in it: commit, versions, sizes, sha256
 #
 # Environment: KIT_DIR (default bench/device/kit), REXVQA_CACHE (default ~/.cache/rexvqa-web),
-# JOBS (llama.cpp compile jobs, default 2), CARGO_TARGET_DIR as for cargo.
+# JOBS (llama.cpp compile jobs, default 2), CARGO_TARGET_DIR as for cargo, KIT_LLAMA=0 (no llama.cpp:
+# a kit for rexvqa's own figures and the browser kit's first call; run.sh then skips the llama.cpp
+# steps and the comparison takes the anchors already measured on that GPU).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -50,7 +52,7 @@ command -v cargo >/dev/null || missing+=("cargo (rustup)")
 command -v strip >/dev/null || missing+=("strip (apt install binutils)")
 command -v xz >/dev/null || missing+=("xz (apt install xz-utils)")
 command -v apt-get >/dev/null || missing+=("apt-get (a Debian 12 machine)")
-command -v glslc >/dev/null || missing+=("glslc, libvulkan-dev, spirv-headers (apt install glslc libvulkan-dev spirv-headers)")
+[ "${KIT_LLAMA:-1}" = 0 ] || command -v glslc >/dev/null || missing+=("glslc, libvulkan-dev, spirv-headers (apt install glslc libvulkan-dev spirv-headers)")
 [ -f "$GEMMA" ] || missing+=("$GEMMA (scripts/setup.sh assembles it)")
 "$PY" -c 'import gguf' 2>/dev/null || missing+=("gguf-py in $CACHE/venv (scripts/setup.sh makes the venv)")
 if [ ${#missing[@]} -gt 0 ]; then
@@ -60,7 +62,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ "$DRY_RUN" = 1 ]; then
   echo "would build: cargo build --release -p rexvqa-engine --bin rexvqa (into $TARGET)"
-  echo "would build: LLAMA_PORTABLE=1 JOBS=${JOBS:-2} nice -n 10 bench/build_llamacpp.sh vulkan"
+  [ "${KIT_LLAMA:-1}" = 0 ] && echo "no llama.cpp (KIT_LLAMA=0)" ||
+    echo "would build: LLAMA_PORTABLE=1 JOBS=${JOBS:-2} nice -n 10 bench/build_llamacpp.sh vulkan"
   echo "would write: $KIT_DIR/{busybox,payload.tar.xz,debs/,cxx/,glibc/,manifest.txt} (limit $LIMIT_MIB MiB)"
   echo "would fetch: ${LOADER_DEBS[*]} ${CXX_DEBS[*]} ${GLIBC_DEBS[*]} busybox-static"
   exit 0
@@ -77,18 +80,22 @@ cp "$TARGET/release/rexvqa" "$stage/payload/bin/rexvqa"
 strip "$stage/payload/bin/rexvqa"
 
 # --- llama.cpp (Vulkan) -------------------------------------------------------------------------
-say "llama.cpp: Vulkan build, ggml linked statically (the first build takes ~40 min on 2 cores)"
-llama_bin=$(LLAMA_PORTABLE=1 JOBS=${JOBS:-2} nice -n 10 bench/build_llamacpp.sh vulkan)
-for b in llama-bench llama-mtmd-cli; do
-  cp "$llama_bin/$b" "$stage/payload/bin/$b"
-  strip "$stage/payload/bin/$b"
-  # Statically linked ggml/llama: nothing of the build folder may be needed at run time.
-  if ldd "$stage/payload/bin/$b" | grep -E 'libggml|libllama|libmtmd|not found'; then
-    die "$b needs libraries the kit does not carry (see above)"
-  fi
-done
-llama_version=$(sed -n 's/^version=//p' bench/build_llamacpp.sh)
-llama_commit=$(sed -n 's/.*LLAMA_COMMIT = "\([^"]*\)".*/\1/p' "$llama_bin/../common/build-info.cpp" 2>/dev/null | head -n 1 || true)
+llama_files=()
+if [ "${KIT_LLAMA:-1}" != 0 ]; then
+  say "llama.cpp: Vulkan build, ggml linked statically (the first build takes ~40 min on 2 cores)"
+  llama_bin=$(LLAMA_PORTABLE=1 JOBS=${JOBS:-2} nice -n 10 bench/build_llamacpp.sh vulkan)
+  llama_files=(bin/llama-bench bin/llama-mtmd-cli)
+  for b in llama-bench llama-mtmd-cli; do
+    cp "$llama_bin/$b" "$stage/payload/bin/$b"
+    strip "$stage/payload/bin/$b"
+    # Statically linked ggml/llama: nothing of the build folder may be needed at run time.
+    if ldd "$stage/payload/bin/$b" | grep -E 'libggml|libllama|libmtmd|not found'; then
+      die "$b needs libraries the kit does not carry (see above)"
+    fi
+  done
+  llama_version=$(sed -n 's/^version=//p' bench/build_llamacpp.sh)
+  llama_commit=$(sed -n 's/.*LLAMA_COMMIT = "\([^"]*\)".*/\1/p' "$llama_bin/../common/build-info.cpp" 2>/dev/null | head -n 1 || true)
+fi
 
 # --- tokenizer-only Gemma 3 GGUF ----------------------------------------------------------------
 say "tokenizer-only Gemma 3 GGUF"
@@ -117,7 +124,7 @@ for d in debs cxx glibc; do
 done
 # The two llama.cpp binaries side by side in the tar, so xz finds the second's copy of ggml in its
 # window; one thread, because xz's threaded mode cuts the stream into independent blocks.
-tar -C "$stage/payload" -cf - bin/llama-bench bin/llama-mtmd-cli bin/rexvqa data/gemma3-tokenizer.gguf |
+tar -C "$stage/payload" -cf - "${llama_files[@]}" bin/rexvqa data/gemma3-tokenizer.gguf |
   xz -9e -T1 >"$KIT_DIR/payload.tar.xz"
 # The busybox unxz that run.sh falls back to must read it.
 "$KIT_DIR/busybox" unxz -c "$KIT_DIR/payload.tar.xz" | "$KIT_DIR/busybox" tar -t >/dev/null ||
@@ -129,7 +136,8 @@ git diff --quiet HEAD -- engine Cargo.lock Cargo.toml || commit+=" (engine with 
   echo "rexvqa GPU evidence kit (bench/device/pack.sh), made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "commit: $commit"
   echo "rexvqa: $("$stage/payload/bin/rexvqa" --version)"
-  echo "llama.cpp: ${llama_commit:-?} from the llama-cpp-python $llama_version sdist (bench/build_llamacpp.sh vulkan, LLAMA_PORTABLE=1)"
+  [ "${KIT_LLAMA:-1}" = 0 ] && echo "llama.cpp: none (KIT_LLAMA=0)" ||
+    echo "llama.cpp: ${llama_commit:-?} from the llama-cpp-python $llama_version sdist (bench/build_llamacpp.sh vulkan, LLAMA_PORTABLE=1)"
   echo "built on: $(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(getconf GNU_LIBC_VERSION | cut -d' ' -f2)"
   echo "payload (uncompressed):"
   (cd "$stage/payload" && find . -type f -printf '  %p %s bytes\n' | sort)

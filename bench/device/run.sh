@@ -23,7 +23,10 @@
 # Environment: OUT (required), KIT_DIR (default: bench/device/kit), KIT_WORK (scratch folder,
 # default a new one under TMPDIR; the synthetic pair needs ~3.5 GB there), KIT_SCALE (full|small),
 # KIT_DEADLINE_S, KIT_STEP_LIMIT_S (caps every step; bench/device/check.sh uses it), KIT_KEEP_WORK=1
-# (keep the scratch folder).
+# (keep the scratch folder), KIT_STEPS (the steps to run, comma-separated, e.g. synth,bench-wgpu;
+# default all), KIT_DECODE (tokens decoded by the bench steps). A kit packed without llama.cpp
+# (KIT_LLAMA=0 bench/device/pack.sh) skips the two llama.cpp steps. $KIT_WORK/env.sh keeps the
+# Vulkan set-up and the paths for the browser kit's run in a later call (bench/device/run-browser.sh).
 set -euo pipefail
 
 START_US=0
@@ -276,6 +279,19 @@ run_step() {
     printf '%s  budget %4ss  %s\n' "$id" "$budget" "$(cmd_str "$@")"
     return 0
   fi
+  local why=""
+  if [ -n "${KIT_STEPS:-}" ] && [[ ",$KIT_STEPS," != *",$name,"* ]]; then why="not in KIT_STEPS ($KIT_STEPS)"; fi
+  if [[ $name == llama-* ]] && [ "$LLAMA_HOW" = "not in kit" ]; then why="no llama.cpp in this kit (packed with KIT_LLAMA=0)"; fi
+  if [ -n "$why" ]; then
+    say "$id: skipped: $why"
+    printf '{"step": "%s", "skipped": true, "timed_out": false, "reason": %s, "command": %s}\n' \
+      "$name" "$(json_str "$why")" "$(json_str "$(cmd_str "$@")")" >"$file"
+    STEPS_SUMMARY+="${STEPS_SUMMARY:+,$'\n'  }{\"step\": \"$name\", \"skipped\": true}"
+    LAST_RC=0
+    write_summary
+    ship
+    return 0
+  fi
   if [ "$left" -lt 10 ]; then
     say "$id: skipped, ${left}s left of the ${DEADLINE_S}s deadline"
     printf '{"step": "%s", "skipped": true, "timed_out": true, "reason": "no time left of the %ss deadline", "command": %s}\n' \
@@ -377,7 +393,8 @@ if [ "$DRY_RUN" = 0 ]; then
   LB="$WORK/kit/bin/llama-bench"
   MTMD="$WORK/kit/bin/llama-mtmd-cli"
   REX_HOW=$(launcher_for "$REX")
-  LLAMA_HOW=$(launcher_for "$LB")
+  LLAMA_HOW="not in kit"
+  [ -e "$LB" ] && LLAMA_HOW=$(launcher_for "$LB")
   set_launcher LAUNCH_REX "$REX_HOW"
   set_launcher LAUNCH_LLAMA "$LLAMA_HOW"
   say "rexvqa starts: $REX_HOW; llama.cpp starts: $LLAMA_HOW"
@@ -391,6 +408,14 @@ if [ "$DRY_RUN" = 0 ]; then
   fi
   machine_json >"$RES/00-machine.json"
   ship
+  # For the browser kit's run in a later call (run-browser.sh): the same loader, driver and binary.
+  {
+    printf 'export LD_LIBRARY_PATH=%q PATH=%q XDG_RUNTIME_DIR=%q\n' "$LD_LIBRARY_PATH" "$PATH" "$XDG_RUNTIME_DIR"
+    for v in VK_ICD_FILENAMES VK_DRIVER_FILES __EGL_VENDOR_LIBRARY_FILENAMES; do
+      [ -n "${!v:-}" ] && printf 'export %s=%q\n' "$v" "${!v}"
+    done
+    printf 'KIT_ICD_JSON=%q\nKIT_REX=(%s)\nKIT_WORK=%q\n' "$ICD_JSON" "$(printf '%q ' "${LAUNCH_REX[@]}" "$REX")" "$WORK"
+  } >"$WORK/env.sh"
 else
   REX=rexvqa LB=llama-bench MTMD=llama-mtmd-cli
 fi
@@ -402,13 +427,13 @@ SPLIT=$SPLIT_DIR/metadata/test_vqa_data.json
 if [ "$SCALE" = full ]; then
   MODEL=$SYN/medgemma-4b-synthetic-Q4_K_M.gguf
   MMPROJ=$SYN/mmproj-medgemma-4b-synthetic-F16.gguf
-  PREFILL=300,1000 DECODE=32 REPS=3 OFFICIAL=64 KREPS=5 KM=1,64,256 KSHAPE=(--rows 2048 --cols 2048) QUESTIONS=20
+  PREFILL=300,1000 DECODE=${KIT_DECODE:-32} REPS=3 OFFICIAL=64 KREPS=5 KM=1,64,256 KSHAPE=(--rows 2048 --cols 2048) QUESTIONS=20
   STUDIES=8 MIN_SIZE=1024 MAX_SIZE=2048
   B_SELF=60 B_KERN=60 B_BENCH=200 B_LB=90 B_MTMD=90 B_CAL=150 B_FIRST=60 B_ONE=90
 else
   MODEL=$WORK/tiny/tiny-q8_0.gguf
   MMPROJ=$WORK/tiny/tiny-q8_0-mmproj.gguf
-  PREFILL=64,256 DECODE=16 REPS=2 OFFICIAL=8 KREPS=2 KM=1,64 KSHAPE=(--rows 512 --cols 1024) QUESTIONS=4
+  PREFILL=64,256 DECODE=${KIT_DECODE:-16} REPS=2 OFFICIAL=8 KREPS=2 KM=1,64 KSHAPE=(--rows 512 --cols 1024) QUESTIONS=4
   STUDIES=3 MIN_SIZE=480 MAX_SIZE=800
   B_SELF=300 B_KERN=300 B_BENCH=900 B_LB=600 B_MTMD=600 B_CAL=600 B_FIRST=300 B_ONE=600
 fi

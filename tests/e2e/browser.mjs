@@ -7,7 +7,9 @@ import { join } from 'node:path';
 
 export const SHOTS = process.env.REXVQA_SCREENSHOTS ?? join(process.cwd(), 'test-results', 'screenshots');
 
-const EXECUTABLE = ['/usr/bin/chromium', '/usr/lib/chromium/chromium'].find((p) => existsSync(p));
+// REXVQA_CHROMIUM: another executable (the browser GPU kit's headless shell behind a wrapper that
+// appends its GPU flags after Playwright's; bench/device/run-browser.sh).
+const EXECUTABLE = process.env.REXVQA_CHROMIUM || ['/usr/bin/chromium', '/usr/lib/chromium/chromium'].find((p) => existsSync(p));
 
 export async function launch(extraArgs = []) {
   if (!EXECUTABLE) throw new Error('Debian chromium is not installed: run scripts/setup.sh');
