@@ -61,6 +61,7 @@ function figures(j) {
     peak_device_bytes: r.peak_device_bytes,
   };
   for (const [n, v] of r.prefill ?? []) f[`prefill_${n}_tokens_per_s`] = v;
+  for (const [n, v] of r.prefill_first ?? []) f[`prefill_first_${n}_tokens_per_s`] = v;
   return f;
 }
 

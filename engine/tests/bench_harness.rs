@@ -66,6 +66,12 @@ fn every_figure_is_measured_with_the_mmproj() {
         vec![40, 80]
     );
     assert!(r.prefill.iter().all(|p| p.1.is_finite() && p.1 > 0.0));
+    // The first pass at each length is kept apart from the timed one.
+    assert_eq!(
+        r.prefill_first.iter().map(|p| p.0).collect::<Vec<_>>(),
+        vec![40, 80]
+    );
+    assert!(r.prefill_first.iter().all(|p| p.1.is_finite() && p.1 > 0.0));
     for (name, v) in [
         ("image_encode_first_ms", r.image_encode_first_ms),
         ("image_encode_ms", r.image_encode_ms),

@@ -25,10 +25,16 @@ fn rows(json: &str) -> Vec<(String, String)> {
             format!("{:.0}", num(&r["image_encode_ms"])),
         ),
     ];
-    for p in r["prefill"].as_array().into_iter().flatten() {
+    let first = r["prefill_first"].as_array();
+    for (i, p) in r["prefill"].as_array().into_iter().flatten().enumerate() {
+        // The first pass at a length also creates its pipelines: shown beside the steady one.
+        let first = first
+            .and_then(|f| f.get(i))
+            .map(|f| format!(" (first pass {:.1})", num(&f[1])))
+            .unwrap_or_default();
         out.push((
             format!("prefill {} tokens (tokens/s)", p[0]),
-            format!("{:.1}", num(&p[1])),
+            format!("{:.1}{first}", num(&p[1])),
         ));
     }
     out.extend([
@@ -287,6 +293,31 @@ mod tests {
         );
         // The CPU, and reports saved before the adapter was recorded.
         assert_eq!(runs_on(&"cpu".into(), &serde_json::Value::Null), "cpu");
+    }
+
+    #[test]
+    fn prefill_rows_show_the_first_pass_beside_the_steady_figure() {
+        let row = |json: &str, label: &str| {
+            rows(json)
+                .into_iter()
+                .find(|(l, _)| l == label)
+                .map(|(_, v)| v)
+        };
+        let both = r#"{"backend": "cpu", "results": {"prefill": [[64, 85.1], [200, 62.9]], "prefill_first": [[64, 24.0], [200, 75.2]]}}"#;
+        assert_eq!(
+            row(both, "prefill 64 tokens (tokens/s)").as_deref(),
+            Some("85.1 (first pass 24.0)")
+        );
+        assert_eq!(
+            row(both, "prefill 200 tokens (tokens/s)").as_deref(),
+            Some("62.9 (first pass 75.2)")
+        );
+        // A report saved before the first pass was recorded.
+        let old = r#"{"backend": "cpu", "results": {"prefill": [[64, 85.1]]}}"#;
+        assert_eq!(
+            row(old, "prefill 64 tokens (tokens/s)").as_deref(),
+            Some("85.1")
+        );
     }
 
     #[test]
