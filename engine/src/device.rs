@@ -88,7 +88,15 @@ pub fn wgpu() -> Result<Device, DeviceError> {
     static DEVICE: OnceLock<Result<Device, DeviceError>> = OnceLock::new();
     DEVICE
         .get_or_init(|| {
-            let (d, setup) = Device::wgpu_options()
+            let mut options = Device::wgpu_options();
+            // REXVQA_EXCLUSIVE_POOL=1 gives the native device the pool the browser's CubeCL is
+            // built with (one page per allocation in size buckets, `exclusive_memory_only` on
+            // wasm), to measure the browser's device memory natively.
+            if std::env::var_os("REXVQA_EXCLUSIVE_POOL").is_some_and(|v| v == "1") {
+                options =
+                    options.memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages);
+            }
+            let (d, setup) = options
                 .init_with_setup()
                 .map_err(|e| DeviceError(format!("{e:?}")))?;
             let _ = QUEUE.set(setup.queue);
