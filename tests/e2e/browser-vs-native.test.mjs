@@ -1,0 +1,39 @@
+// End-to-end: bench/browser-vs-native.mjs (issue #33's measure) runs the Benchmark card in Chromium
+// and `rexvqa bench` natively on the same SwiftShader ICD, and writes one JSON of both with their
+// ratios. Run here on the tiny text GGUF so the script cannot rot (without the mmproj: the image
+// and question figures would add minutes on SwiftShader, and bench.test.mjs covers them in the
+// card); no timing is asserted, only that every figure was measured on both sides and its ratio
+// computed.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BIN, DIST, FIX } from './steps.mjs';
+
+test('browser-vs-native: both sides measured, ratios written', { timeout: 600_000 }, () => {
+  assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
+  const tmp = mkdtempSync(join(tmpdir(), 'rexvqa-bvn-test-'));
+  try {
+    const out = join(tmp, 'bvn.json');
+    execFileSync(process.execPath, ['bench/browser-vs-native.mjs', '--dist', DIST, '--bin', BIN,
+      '--model', join(FIX, 'tiny-q8_0.gguf'), '--prefill', '32', '--decode', '4', '--official', '1', '--kernel-rows', '', '--out', out],
+    { stdio: ['ignore', 'inherit', 'inherit'], timeout: 540_000 });
+    const r = JSON.parse(readFileSync(out, 'utf8'));
+    assert.equal(r.browser_runs.length, 1);
+    assert.equal(r.native_runs.length, 1);
+    // The two sides ran where they should: the app on WebGPU, the CLI on wgpu.
+    assert.equal(r.browser_runs[0].compute_choice, 'webgpu');
+    assert.match(r.native_runs[0].backend, /wgpu/i);
+    for (const k of ['decode_tokens_per_s', 'decode_issue_ms_per_token', 'host_us_per_dispatch',
+      'prefill_32_tokens_per_s', 'prefill_first_32_tokens_per_s', 'peak_device_bytes']) {
+      for (const side of ['browser', 'native']) {
+        assert.ok(Number.isFinite(r[side][k]) && r[side][k] > 0, `${side} ${k}: ${r[side][k]}`);
+      }
+      assert.ok(Number.isFinite(r.ratios[k]) && r.ratios[k] > 0, `ratio ${k}: ${r.ratios[k]}`);
+    }
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
