@@ -27,7 +27,7 @@ fn rows(json: &str) -> Vec<(String, String)> {
     ];
     let first = r["prefill_first"].as_array();
     for (i, p) in r["prefill"].as_array().into_iter().flatten().enumerate() {
-        // The first pass at a length also creates its pipelines: shown beside the steady one.
+        // The first pass at a length also pays for first use: shown beside the steady figure.
         let first = first
             .and_then(|f| f.get(i))
             .map(|f| format!(" (first pass {:.1})", num(&f[1])))

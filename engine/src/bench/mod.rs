@@ -29,10 +29,11 @@ pub struct BenchReport {
     /// Prefill throughput by prompt length: (tokens, tokens per second), after a first pass at
     /// the same length.
     pub prefill: Vec<(usize, f64)>,
-    /// The first pass at each length of [`Self::prefill`] (tokens per second): it also creates
-    /// the pipelines of every kernel specialised on the length, which a cold process or a new
-    /// browser profile compiles (H200, 4B pair, 1000 tokens: 308 tok/s in the first native
-    /// process on the machine, 1,080-1,100 in later ones with the driver's cache warm).
+    /// The first pass at each length of [`Self::prefill`] (tokens per second): it also pays for
+    /// first use, the pool's growth to this length's buffers and any pipeline creation or driver
+    /// compile still pending (H200, 4B pair, 1000 tokens: 308 tok/s in the first native process
+    /// on the machine, 1,080-1,100 in later ones; SwiftShader, tiny pair: 24 against 85 at the
+    /// first length, equal to the steady figure at later ones).
     #[serde(default)]
     pub prefill_first: Vec<(usize, f64)>,
     /// Decoding throughput (tokens per second, one token per step with the KV cache).
@@ -387,8 +388,8 @@ pub async fn run(
             .chain(filler.iter().copied().cycle())
             .take(n)
             .collect();
-        // A first pass at the full length creates every pipeline specialised on it (a
-        // 16-token warm-up left them in the timed pass); its time is kept on its own.
+        // A first pass at the full length takes first use's costs out of the timed pass (a
+        // 16-token warm-up left the larger buffers' allocation there); its time is kept apart.
         let t = clock.now_ms();
         model.prefill(&ids, &[], &mut model.decoder.new_cache())?;
         sync(model).await?;
