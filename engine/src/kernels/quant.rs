@@ -402,11 +402,19 @@ pub const GEMV_ROWS: usize = 4;
 /// Invocations per workgroup of [`qgemv_kernel`]; a power of two for the tree reduction.
 pub const GEMV_THREADS: u32 = 64;
 
-/// The workgroup's sum of each invocation's `acc[i]`, for `i < GEMV_ROWS`, in
-/// `sums[slot · GEMV_ROWS · GEMV_THREADS + i · GEMV_THREADS]`: subgroup sums when `plane`, a
-/// shared-memory tree otherwise. Every invocation must call it (it passes barriers).
+/// The workgroup's sum of each invocation's `acc[i]`, for `i < live` (the input rows this
+/// workgroup has, at most `GEMV_ROWS`; decoding has one, so the other three sums would be work
+/// for nothing), in `sums[slot · GEMV_ROWS · GEMV_THREADS + i · GEMV_THREADS]`: subgroup sums
+/// when `plane`, a shared-memory tree otherwise. Every invocation must call it (it passes
+/// barriers), with the same `live`.
 #[cube]
-fn gemv_reduce(acc: &Array<f32>, sums: &mut Shared<[f32]>, slot: usize, #[comptime] plane: bool) {
+fn gemv_reduce(
+    acc: &Array<f32>,
+    sums: &mut Shared<[f32]>,
+    slot: usize,
+    live: usize,
+    #[comptime] plane: bool,
+) {
     let lane = UNIT_POS as usize;
     let base = slot * GEMV_ROWS * GEMV_THREADS as usize;
     if comptime!(plane) {
@@ -415,27 +423,33 @@ fn gemv_reduce(acc: &Array<f32>, sums: &mut Shared<[f32]>, slot: usize, #[compti
         let p = (UNIT_POS / PLANE_DIM) as usize;
         #[unroll]
         for i in 0..GEMV_ROWS {
-            let s = plane_sum(acc[i]);
-            if UNIT_POS_PLANE == 0 {
-                sums[base + i * GEMV_THREADS as usize + p] = s;
+            if i < live {
+                let s = plane_sum(acc[i]);
+                if UNIT_POS_PLANE == 0 {
+                    sums[base + i * GEMV_THREADS as usize + p] = s;
+                }
             }
         }
         sync_cube();
         if lane == 0 {
             #[unroll]
             for i in 0..GEMV_ROWS {
-                let mut t = 0.0f32;
-                for q in 0..planes as usize {
-                    t += sums[base + i * GEMV_THREADS as usize + q];
+                if i < live {
+                    let mut t = 0.0f32;
+                    for q in 0..planes as usize {
+                        t += sums[base + i * GEMV_THREADS as usize + q];
+                    }
+                    sums[base + i * GEMV_THREADS as usize] = t;
                 }
-                sums[base + i * GEMV_THREADS as usize] = t;
             }
         }
         sync_cube();
     } else {
         #[unroll]
         for i in 0..GEMV_ROWS {
-            sums[base + i * GEMV_THREADS as usize + lane] = acc[i];
+            if i < live {
+                sums[base + i * GEMV_THREADS as usize + lane] = acc[i];
+            }
         }
         sync_cube();
         // From the runtime CUBE_DIM_X, not the constant: CubeCL folds a constant initialiser
@@ -446,9 +460,11 @@ fn gemv_reduce(acc: &Array<f32>, sums: &mut Shared<[f32]>, slot: usize, #[compti
             if lane < stride {
                 #[unroll]
                 for i in 0..GEMV_ROWS {
-                    let b = base + i * GEMV_THREADS as usize;
-                    let v = sums[b + lane] + sums[b + lane + stride];
-                    sums[b + lane] = v;
+                    if i < live {
+                        let b = base + i * GEMV_THREADS as usize;
+                        let v = sums[b + lane] + sums[b + lane + stride];
+                        sums[b + lane] = v;
+                    }
                 }
             }
             sync_cube();
@@ -457,12 +473,206 @@ fn gemv_reduce(acc: &Array<f32>, sums: &mut Shared<[f32]>, slot: usize, #[compti
     }
 }
 
+/// Weights one matrix–vector invocation decodes per step of a chunked type ([`gemv_chunked`]).
+pub const GEMV_CHUNK: usize = 16;
+
+/// Whether [`qgemv_kernel`] reads rows of type `ty` by chunks of [`GEMV_CHUNK`] weights (whole
+/// words, the block's scales read once per chunk) rather than weight by weight. The two K-quant
+/// types of a Q4_K_M model, which carry almost all of a decoded token's bytes.
+pub const fn gemv_chunked(ty: u32) -> bool {
+    ty == ty::Q4_K || ty == ty::Q6_K
+}
+
+/// Adds weights `16c .. 16c + 16` of the Q4_K row at word `row`, times `x`'s rows `m0 ..`, to
+/// `acc`. Chunk `i` of a block (16 a block) reads two neighbouring words of `qs` (so a block's
+/// 16 invocations read its 32 words side by side): their low nibbles are weights `8·(i%4) ..`
+/// of sub-block `2·(i/4)`, their high nibbles the same weights of the next sub-block. Each
+/// weight is `d·sc·q − dmin·m` as in [`dequant_one`], so only the order of the sums differs.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn chunk_q4k<H: CubePrimitive>(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    row: usize,
+    c: usize,
+    acc: &mut Array<f32>,
+    m0: usize,
+    m: usize,
+    k: usize,
+    #[comptime] native: bool,
+) {
+    let base = row + (c / 16) * 36;
+    let i = c % 16;
+    let n = i / 4;
+    let part = i % 4;
+    let d = half_at(w, wh, base, 0, native);
+    let dmin = half_at(w, wh, base, 1, native);
+    let (sc_lo, m_lo) = scale_min_k4(w, base, 4, 2 * n);
+    let (sc_hi, m_hi) = scale_min_k4(w, base, 4, 2 * n + 1);
+    let j0 = (c / 16) * 256 + n * 64 + part * 8;
+    #[unroll]
+    for h in 0..2u32 {
+        let word = w[base + 4 + n * 8 + part * 2 + h as usize];
+        #[unroll]
+        for b in 0..4u32 {
+            let byte = (word >> (8 * b)) & 0xFFu32;
+            let lo = d * sc_lo * f32::cast_from(byte & 0xFu32) - dmin * m_lo;
+            let hi = d * sc_hi * f32::cast_from(byte >> 4u32) - dmin * m_hi;
+            let j = j0 + (4 * h + b) as usize;
+            #[unroll]
+            for r in 0..GEMV_ROWS {
+                if m0 + r < m {
+                    let xb = (m0 + r) * k;
+                    acc[r] += x[xb + j] * lo;
+                    acc[r] += x[xb + j + 32] * hi;
+                }
+            }
+        }
+    }
+}
+
+/// Adds weights of chunk `c` of the Q6_K row at word `row` as [`chunk_q4k`] does. Chunk `i` of
+/// a block holds positions `l0 = 4·(i%8) .. l0 + 4` of half `i/8` in each of its four quarters:
+/// one word of `ql` for quarters 0 and 2 (low and high nibbles), one for 1 and 3, and one of
+/// `qh`, each read whole. Each weight is `d·sc·q` as in [`dequant_one`].
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn chunk_q6k<H: CubePrimitive>(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    row: usize,
+    c: usize,
+    acc: &mut Array<f32>,
+    m0: usize,
+    m: usize,
+    k: usize,
+    #[comptime] native: bool,
+) {
+    let base = row + (c / 16) * 53;
+    let i = c % 16;
+    let n = i / 8;
+    let l0 = (i % 8) * 4;
+    let d = half_at(w, wh, base + 52, 0, native);
+    let ql02 = w[base + n * 16 + l0 / 4];
+    let ql13 = w[base + n * 16 + 8 + l0 / 4];
+    let qh = w[base + 32 + n * 8 + l0 / 4];
+    let j0 = (c / 16) * 256 + n * 128 + l0;
+    #[unroll]
+    for quarter in 0..4u32 {
+        let sc = signed_byte(byte_at(
+            w,
+            base,
+            192 + n * 8 + l0 / 16 + 2 * quarter as usize,
+        ));
+        let mut ql = ql02;
+        if comptime!(quarter % 2 == 1) {
+            ql = ql13;
+        }
+        #[unroll]
+        for b in 0..4u32 {
+            let qlb = (ql >> (8 * b)) & 0xFFu32;
+            let mut lo = qlb & 0xFu32;
+            if comptime!(quarter >= 2) {
+                lo = qlb >> 4u32;
+            }
+            let hi = (qh >> (8 * b + 2 * quarter)) & 3u32;
+            let v = d * sc * (f32::cast_from(lo | (hi << 4u32)) - 32.0f32);
+            let j = j0 + (quarter * 32 + b) as usize;
+            #[unroll]
+            for r in 0..GEMV_ROWS {
+                if m0 + r < m {
+                    acc[r] += x[(m0 + r) * k + j] * v;
+                }
+            }
+        }
+    }
+}
+
+/// Adds row `row` (at word `row`, type `ty`) times `x`'s rows `m0 ..` to `acc`, this invocation's
+/// share: chunks of [`GEMV_CHUNK`] weights for the [`gemv_chunked`] types, single weights
+/// otherwise, the workgroup's invocations side by side so that neighbours read neighbouring
+/// words.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn gemv_row<H: CubePrimitive>(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    row: usize,
+    acc: &mut Array<f32>,
+    m0: usize,
+    m: usize,
+    k: usize,
+    #[comptime] ty: u32,
+    #[comptime] native: bool,
+) {
+    let lane = UNIT_POS as usize;
+    if comptime!(gemv_chunked(ty)) {
+        let mut c = lane;
+        while c < k / GEMV_CHUNK {
+            if comptime!(ty == ty::Q4_K) {
+                chunk_q4k(x, w, wh, row, c, acc, m0, m, k, native);
+            } else {
+                chunk_q6k(x, w, wh, row, c, acc, m0, m, k, native);
+            }
+            c += GEMV_THREADS as usize;
+        }
+    } else {
+        let mut j = lane;
+        while j < k {
+            let wv = dequant_one(w, wh, row, j, ty, native);
+            #[unroll]
+            for r in 0..GEMV_ROWS {
+                if m0 + r < m {
+                    acc[r] += x[(m0 + r) * k + j] * wv;
+                }
+            }
+            j += GEMV_THREADS as usize;
+        }
+    }
+}
+
+/// [`gemv_row`] for row `r` of a product's matrix, stacked or not (see [`weight_at`]); the
+/// branch is uniform across the workgroup, which has one row.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn gemv_matrix_row<H: CubePrimitive>(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    w2: &Tensor<u32>,
+    wh2: &Tensor<H>,
+    r: usize,
+    acc: &mut Array<f32>,
+    m0: usize,
+    m: usize,
+    k: usize,
+    n1: usize,
+    rw: usize,
+    rw2: usize,
+    #[comptime] ty: u32,
+    #[comptime] ty2: u32,
+    #[comptime] stacked: bool,
+    #[comptime] native: bool,
+) {
+    if comptime!(stacked) {
+        if r < n1 {
+            gemv_row(x, w, wh, r * rw, acc, m0, m, k, ty, native);
+        } else {
+            gemv_row(x, w2, wh2, (r - n1) * rw2, acc, m0, m, k, ty2, native);
+        }
+    } else {
+        gemv_row(x, w, wh, r * rw, acc, m0, m, k, ty, native);
+    }
+}
+
 /// `out[m, r] = Σ_j x[m, j] · W[r, j]` for few input rows (decode): one workgroup per output
-/// column and group of [`GEMV_ROWS`] input rows, its invocations striding along the row so that
-/// neighbours read neighbouring weight bytes, then a workgroup reduction: subgroup sums when
-/// `plane` (the adapter has subgroups), a shared-memory tree otherwise. The matrix, `stacked`
-/// and `gelu` are as in [`qmatmul_kernel`] (with `gelu` a workgroup reduces its gate and up rows
-/// side by side).
+/// column and group of [`GEMV_ROWS`] input rows, its invocations side by side along the row
+/// ([`gemv_row`]), then a workgroup reduction: subgroup sums when `plane` (the adapter has
+/// subgroups), a shared-memory tree otherwise. The matrix, `stacked` and `gelu` are as in
+/// [`qmatmul_kernel`] (with `gelu` a workgroup reduces its gate and up rows side by side).
 ///
 /// The workgroup index is linear over a 2-D dispatch (`CUBE_POS`), since a vocabulary-sized
 /// matrix has more rows than one dispatch dimension allows (65535).
@@ -515,43 +725,34 @@ pub fn qgemv_kernel<H: CubePrimitive>(
         acc[i] = 0.0f32;
         up[i] = 0.0f32;
     }
-    let mut j = lane;
-    while j < k {
-        let wv = weight_at(w, wh, w2, wh2, r, j, n1, rw, rw2, ty, ty2, stacked, native);
-        #[unroll]
-        for i in 0..GEMV_ROWS {
-            if m0 + i < m {
-                acc[i] += x[(m0 + i) * k + j] * wv;
-            }
-        }
-        if comptime!(gelu) {
-            let uv = weight_at(
-                w,
-                wh,
-                w2,
-                wh2,
-                n + r,
-                j,
-                n1,
-                rw,
-                rw2,
-                ty,
-                ty2,
-                stacked,
-                native,
-            );
-            #[unroll]
-            for i in 0..GEMV_ROWS {
-                if m0 + i < m {
-                    up[i] += x[(m0 + i) * k + j] * uv;
-                }
-            }
-        }
-        j += GEMV_THREADS as usize;
-    }
-    gemv_reduce(&acc, &mut sums, 0, plane);
+    gemv_matrix_row(
+        x, w, wh, w2, wh2, r, &mut acc, m0, m, k, n1, rw, rw2, ty, ty2, stacked, native,
+    );
     if comptime!(gelu) {
-        gemv_reduce(&up, &mut sums, 1, plane);
+        gemv_matrix_row(
+            x,
+            w,
+            wh,
+            w2,
+            wh2,
+            n + r,
+            &mut up,
+            m0,
+            m,
+            k,
+            n1,
+            rw,
+            rw2,
+            ty,
+            ty2,
+            stacked,
+            native,
+        );
+    }
+    let live = min(m - m0, GEMV_ROWS);
+    gemv_reduce(&acc, &mut sums, 0, live, plane);
+    if comptime!(gelu) {
+        gemv_reduce(&up, &mut sums, 1, live, plane);
     }
     if lane < GEMV_ROWS && m0 + lane < m {
         let mut v = sums[lane * GEMV_THREADS as usize];
