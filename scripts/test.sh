@@ -32,6 +32,10 @@ stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p
   cargo clippy --target wasm32-unknown-unknown -p rexvqa-engine --no-default-features --lib --test web -- -D warnings'
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 stage "native tests" cargo test --workspace --no-fail-fast
+# The tiled kernel's other block form (8 x 8 outputs an invocation), which a GPU machine times
+# (bench/device/run.sh step 10): the form is read once per process, so its own run (~40 s).
+stage "tiled kernel, 8 x 8 form (REXVQA_TILE_PER=8)" env REXVQA_TILE_PER=8 \
+  cargo test -p rexvqa-engine --test qkernels wgpu_kernels_match_the_reference
 stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web
 e2e_fixtures() {
   # A synthetic split, the tiny model pair, and the native CLI's numbers to compare with. The

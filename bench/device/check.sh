@@ -17,7 +17,7 @@ done
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' bench/device/summarize.py bench/device/tokenizer_gguf.py bench/device/summarize_browser.py
 
 plan=$(OUT=/nonexistent bench/device/run.sh --dry-run)
-for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer bench-one-submit; do
+for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer bench-one-submit bench-tile8; do
   grep -q -- "-$step " <<<"$plan" || fail "run.sh --dry-run lists no $step step"
 done
 grep -q 'selftest --backend wgpu --json' <<<"$plan" || fail "run.sh must call 'rexvqa selftest --backend wgpu --json'"
@@ -52,13 +52,17 @@ case "$1" in
     echo '[{"name": "gemv q4_k", "passed": true}, {"name": "naive q6_k", "passed": false}]'; exit 1 ;;
   bench-kernels) echo '{"adapter": {"name": "stub"}, "kernels": []}' ;;
   bench) [ -n "${STUB_SLOW_BENCH:-}" ] && sleep 30
-    if [ -n "${CUBECL_WGPU_MAX_TASKS:-}" ]; then
+    if [ "${REXVQA_TILE_PER:-}" = 8 ]; then
+      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2500.0], [1000, 3000.0]], "image_encode_ms": 40.0,
+      "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 1.0}]}}'
+    elif [ -n "${CUBECL_WGPU_MAX_TASKS:-}" ]; then
       echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0]], "decode_tokens_per_s": 99.0,
       "submits_per_token": 1, "tasks_per_submit": '"$CUBECL_WGPU_MAX_TASKS"', "adapter": {"name": "stub"}}}'
     else
       echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0], [1000, 1500.0]], "decode_tokens_per_s": 90.0,
       "submits_per_token": 9, "tasks_per_submit": 32,
-      "image_encode_ms": 50.0, "peak_device_bytes": 3400000000, "adapter": {"name": "stub"}}}'
+      "image_encode_ms": 50.0, "peak_device_bytes": 3400000000, "adapter": {"name": "stub"},
+      "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 2.0}]}}'
     fi ;;
   calibrate) echo '{"per_study_ms": 60.0, "per_question_ms": 20.0, "total_s": 1.0,
     "projections": [{"questions": 40826, "studies": 40826, "total_s": 3265.0},
@@ -101,7 +105,7 @@ d = Path(sys.argv[1])
 files = sorted(p.name for p in d.glob("*.json"))
 want = ["00-machine.json", "01-synth.json", "02-selftest.json", "03-bench-kernels.json", "04-bench-wgpu.json",
         "05-llama-bench.json", "06-llama-mtmd.json", "07-calibrate.json", "08-first-answer.json", "09-bench-one-submit.json",
-        "99-summary.json"]
+        "10-bench-tile8.json", "99-summary.json"]
 assert files == want, files
 for f in files:
     json.loads((d / f).read_text())
@@ -117,6 +121,10 @@ assert s["targets"]["public_test_s_every_question_its_own_study"]["met"] is True
 assert s["targets"]["load_to_first_answer_s"]["met"] is None, s["targets"]
 one = s["one_submission_per_token"]
 assert one["submits_per_token"] == 1 and one["tasks_per_submit"] == 512 and abs(one["speedup"] - 1.1) < 1e-9, one
+t8 = s["tile_per_8"]
+assert st["bench-tile8"].startswith("ok"), st
+assert t8["image_speedup"] == 1.25 and t8["prefill_speedup"] == {"300": 1.25, "1000": 2.0}, t8
+assert t8["tiled_m256_speedup"] == {"blk.0.ffn_down native": 2.0}, t8
 EOF
 
 # A self-test with a failing check (its JSON kept), and a slow step that eats the deadline: it times

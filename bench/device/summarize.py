@@ -44,7 +44,7 @@ def main():
     d = a.dir
     machine = load(d, "machine") or {}
     names = ["synth", "selftest", "bench-kernels", "bench-wgpu", "llama-bench", "llama-mtmd", "calibrate",
-             "first-answer", "bench-one-submit"]
+             "first-answer", "bench-one-submit", "bench-tile8"]
     steps = {n: load(d, n) for n in names}
     status = {}
     for n, s in steps.items():
@@ -108,6 +108,27 @@ def main():
         if one.get("decode_tokens_per_s") and rr.get("decode_tokens_per_s") else None,
     }
 
+    # Step 10: prefill and image with the tiled kernel's 8 x 8 blocks (REXVQA_TILE_PER=8).
+    t8 = (result("bench-tile8") or {}).get("results") or {}
+
+    def tiled_ms(res):
+        return {f"{k['matrix']} {k['half']}": k["ms"] for k in res.get("kernels") or []
+                if k.get("kernel") == "tiled" and k.get("m") == 256}
+
+    default_tiled, t8_tiled = tiled_ms(rr), tiled_ms(t8)
+    tile8 = {
+        "prefill": t8.get("prefill"),
+        "default_prefill": rr.get("prefill"),
+        "image_encode_ms": t8.get("image_encode_ms"),
+        "default_image_encode_ms": rr.get("image_encode_ms"),
+        # > 1: the 8 x 8 form is faster.
+        "image_speedup": rr["image_encode_ms"] / t8["image_encode_ms"]
+        if t8.get("image_encode_ms") and rr.get("image_encode_ms") else None,
+        "prefill_speedup": {str(n): v / dict(rr.get("prefill") or []).get(n)
+                            for n, v in t8.get("prefill") or [] if dict(rr.get("prefill") or []).get(n)},
+        "tiled_m256_speedup": {k: default_tiled[k] / v for k, v in t8_tiled.items() if default_tiled.get(k) and v},
+    }
+
     cal = result("calibrate") or {}
     projections = cal.get("projections") or []
     first = steps.get("first-answer") or {}
@@ -139,6 +160,7 @@ def main():
         "calibrate": cal,
         "first_answer_wall_s": first_s,
         "one_submission_per_token": one_submit,
+        "tile_per_8": tile8,
     }
     json.dump(out, sys.stdout, indent=1)
     print()

@@ -765,19 +765,26 @@ pub fn qgemv_kernel<H: CubePrimitive>(
 
 /// Output tile side of [`qmatmul_tiled_kernel`] (input rows × weight rows per workgroup).
 pub const TILE: usize = 64;
-/// Weights per row staged per step; 2 · 64 · 16 floats = 8 KiB of workgroup memory.
+/// Weights per row staged per step; 2 · 64 · 17 floats = 8.5 KiB of workgroup memory (within
+/// WebGPU's default 16 KiB).
 pub const TILE_K: usize = 16;
-/// Invocations per tile side: 16 × 16, each computing 4 × 4 outputs.
-pub const TILE_THREADS: u32 = 16;
-const PER: usize = TILE / TILE_THREADS as usize;
-/// Staged elements each invocation loads per step, of `x` and of the weights.
-const LOADS: usize = TILE * TILE_K / (TILE_THREADS * TILE_THREADS) as usize;
+/// Outputs per side of an invocation's block in [`qmatmul_tiled_kernel`] by default: 4 × 4,
+/// 16 × 16 invocations a workgroup. The other side the kernel takes is 8 (8 × 8 outputs, 8 × 8
+/// invocations): twice the multiply–adds per workgroup-memory read, a quarter of the
+/// invocations. Which is faster is the GPU's to say (`REXVQA_TILE_PER`, natively).
+pub const TILE_PER: u32 = 4;
+/// Row stride of the staged rows in workgroup memory: one more than [`TILE_K`] because the
+/// invocations of a subgroup read different rows at the same `kk`; at a stride of 16 words the
+/// 16 weight rows a half-subgroup reads fall in 2 of the 32 memory banks (8-way conflicts on
+/// every read of the inner loop), at 17 in 16 different banks.
+const STRIDE: usize = TILE_K + 1;
 
 /// `out[m, r] = Σ_j x[m, j] · W[r, j]` for many input rows (prefill, vision): a workgroup stages
 /// a 64 × 16 slice of `x` and the same slice of 64 weight rows, decoded once, in workgroup
-/// memory, and each invocation accumulates a 4 × 4 block of outputs from it. Each weight is
-/// decoded once per 64 input rows instead of once per output. The matrix and `stacked` are as
-/// in [`qmatmul_kernel`] (no `gelu` form: prefill keeps the GELU kernel).
+/// memory, and each invocation accumulates a `per` × `per` block of outputs from it ([`TILE_PER`];
+/// the workgroup is `64/per` invocations a side). Each weight is decoded once per 64 input rows
+/// instead of once per output. The matrix and `stacked` are as in [`qmatmul_kernel`] (no `gelu`
+/// form: prefill keeps the GELU kernel).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
@@ -799,6 +806,7 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     #[comptime] ty2: u32,
     #[comptime] stacked: bool,
     #[comptime] native: bool,
+    #[comptime] per: u32,
     #[define(H)] _half: ElemType,
 ) {
     let m = m as usize;
@@ -807,23 +815,26 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     let n1 = n1 as usize;
     let rw = row_words as usize;
     let rw2 = row_words2 as usize;
+    let per = comptime!(per as usize);
+    let side = comptime!(TILE / per);
+    let threads = comptime!(side * side);
+    let loads = comptime!(TILE * TILE_K / threads);
     let tx = UNIT_POS_X as usize;
     let ty_ = UNIT_POS_Y as usize;
-    let tid = ty_ * TILE_THREADS as usize + tx;
-    let threads = (TILE_THREADS * TILE_THREADS) as usize;
+    let tid = ty_ * side + tx;
     let bn = CUBE_POS_X as usize * TILE;
     let bm = CUBE_POS_Y as usize * TILE;
-    let mut xs = Shared::<[f32]>::new_slice(TILE * TILE_K);
-    let mut ws = Shared::<[f32]>::new_slice(TILE * TILE_K);
-    let mut acc = Array::<f32>::new(PER * PER);
+    let mut xs = Shared::<[f32]>::new_slice(TILE * STRIDE);
+    let mut ws = Shared::<[f32]>::new_slice(TILE * STRIDE);
+    let mut acc = Array::<f32>::new(comptime!(per * per));
     #[unroll]
-    for e in 0..PER * PER {
+    for e in 0..comptime!(per * per) {
         acc[e] = 0.0f32;
     }
     let mut k0 = 0usize;
     while k0 < k {
         #[unroll]
-        for q in 0..LOADS {
+        for q in 0..loads {
             let e = tid + q * threads;
             let rr = e / TILE_K;
             let j = k0 + e % TILE_K;
@@ -831,7 +842,7 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
             if bm + rr < m && j < k {
                 xv = x[(bm + rr) * k + j];
             }
-            xs[e] = xv;
+            xs[rr * STRIDE + e % TILE_K] = xv;
             let mut wv = 0.0f32;
             if bn + rr < n && j < k {
                 wv = weight_at(
@@ -850,23 +861,23 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
                     native,
                 );
             }
-            ws[e] = wv;
+            ws[rr * STRIDE + e % TILE_K] = wv;
         }
         sync_cube();
         #[unroll]
         for kk in 0..TILE_K {
-            let mut a = Array::<f32>::new(PER);
-            let mut b = Array::<f32>::new(PER);
+            let mut a = Array::<f32>::new(per);
+            let mut b = Array::<f32>::new(per);
             #[unroll]
-            for i in 0..PER {
-                a[i] = xs[(ty_ + i * TILE_THREADS as usize) * TILE_K + kk];
-                b[i] = ws[(tx + i * TILE_THREADS as usize) * TILE_K + kk];
+            for i in 0..per {
+                a[i] = xs[(ty_ + i * side) * STRIDE + kk];
+                b[i] = ws[(tx + i * side) * STRIDE + kk];
             }
             #[unroll]
-            for i in 0..PER {
+            for i in 0..per {
                 #[unroll]
-                for jn in 0..PER {
-                    acc[i * PER + jn] += a[i] * b[jn];
+                for jn in 0..per {
+                    acc[i * per + jn] += a[i] * b[jn];
                 }
             }
         }
@@ -874,13 +885,13 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
         k0 += TILE_K;
     }
     #[unroll]
-    for i in 0..PER {
-        let row = bm + ty_ + i * TILE_THREADS as usize;
+    for i in 0..per {
+        let row = bm + ty_ + i * side;
         #[unroll]
-        for jn in 0..PER {
-            let col = bn + tx + jn * TILE_THREADS as usize;
+        for jn in 0..per {
+            let col = bn + tx + jn * side;
             if row < m && col < n {
-                out[row * ld as usize + col0 as usize + col] = acc[i * PER + jn];
+                out[row * ld as usize + col0 as usize + col] = acc[i * per + jn];
             }
         }
     }

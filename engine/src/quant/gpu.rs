@@ -9,7 +9,7 @@ use super::choice::{Half, Kernel, auto_kernel, f16_type, native_half_in_use, pla
 use super::ops::{QuantOps, ggml};
 use super::pack::row_words;
 use crate::kernels::quant::{
-    GEMV_ROWS, GEMV_THREADS, TILE, TILE_THREADS, qgather_kernel, qgemv_kernel, qmatmul_kernel,
+    GEMV_ROWS, GEMV_THREADS, TILE, TILE_PER, qgather_kernel, qgemv_kernel, qmatmul_kernel,
     qmatmul_tiled_kernel, ty,
 };
 
@@ -309,13 +309,15 @@ fn launch_qmatmul(
                 !p.gelu,
                 "the tiled kernel has no GELU form (QMatrix checks)"
             );
-            let cube_dim = cubecl::CubeDim::new_2d(TILE_THREADS, TILE_THREADS);
+            let per = tile_per();
+            let side = TILE as u32 / per;
+            let cube_dim = cubecl::CubeDim::new_2d(side, side);
             let cube_count =
                 cubecl::CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
             let (xa, wa, wha, w2a, wh2a, oa) = args();
             qmatmul_tiled_kernel::launch(
                 &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1, wpr,
-                wpr2, ld, col0, ty, ty2, stacked, native, h_elem,
+                wpr2, ld, col0, ty, ty2, stacked, native, per, h_elem,
             );
         }
         Kernel::Naive | Kernel::Auto => {
@@ -330,6 +332,22 @@ fn launch_qmatmul(
         }
     }
     out
+}
+
+/// The side of each invocation's block of outputs in the tiled kernel: [`TILE_PER`], or natively
+/// `REXVQA_TILE_PER=8` (read once), so that a GPU machine can time the other form without a
+/// rebuild (`bench/device/run.sh` does) before it becomes the default.
+pub fn tile_per() -> u32 {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static PER: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        *PER.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
+            Ok("8") => 8,
+            _ => TILE_PER,
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    TILE_PER
 }
 
 /// [`qgather_kernel`] into `out` (`[ids, k]`, contiguous, written in place).
