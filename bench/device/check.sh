@@ -62,7 +62,11 @@ case "$1" in
       echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0], [1000, 1500.0]], "decode_tokens_per_s": 90.0,
       "submits_per_token": 9, "tasks_per_submit": 32,
       "image_encode_ms": 50.0, "peak_device_bytes": 3400000000, "adapter": {"name": "stub"},
-      "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 2.0}]}}'
+      "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 2.0}],
+      "profile": {"roofline": {"gb_per_s": 3350.0, "gflop_per_s": 67000.0}, "passes": [{"pass": "token",
+        "timing": "device", "wall_ms": 40.0, "gpu_ms": 30.0, "dispatches": 286, "timed": 286,
+        "kernels": [{"kernel": "QgemvKernel", "dispatches": 100, "gpu_us": 20000.0, "bytes": 2400000000,
+        "flop": 8000000000, "gb_per_s": 120.0, "gflop_per_s": 400.0, "roofline_pct": 3.6}]}]}}}'
     fi ;;
   calibrate) echo '{"per_study_ms": 60.0, "per_question_ms": 20.0, "total_s": 1.0,
     "projections": [{"questions": 40826, "studies": 40826, "total_s": 3265.0},
@@ -125,6 +129,9 @@ t8 = s["tile_per_8"]
 assert st["bench-tile8"].startswith("ok"), st
 assert t8["image_speedup"] == 1.25 and t8["prefill_speedup"] == {"300": 1.25, "1000": 2.0}, t8
 assert t8["tiled_m256_speedup"] == {"blk.0.ffn_down native": 2.0}, t8
+pr = s["profile"]
+assert pr["roofline"]["gb_per_s"] == 3350.0 and pr["tile_per_8"] == [], pr
+assert pr["default"][0]["pass"] == "token" and pr["default"][0]["top"][0]["roofline_pct"] == 3.6, pr
 EOF
 
 # A self-test with a failing check (its JSON kept), and a slow step that eats the deadline: it times

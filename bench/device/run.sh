@@ -444,6 +444,20 @@ NGL=99
 # the test split's own study count is not published) — 9,385 studies.
 PROJECT=(--project 40826:40826 --project 40826:9385)
 
+# `bench --profile` (steps 4 and 10): every launch of a token, a prefill pass and an image encode
+# timed on its own, against the roofline of KIT_ROOFLINE="GB_S,GFLOP_S" or else the datasheet
+# figures of the GPUs lent here (memory bandwidth; f32 arithmetic without tensor cores).
+ROOF=(--profile)
+if [ -n "${KIT_ROOFLINE:-}" ]; then
+  ROOF+=(--roofline-gb-s "${KIT_ROOFLINE%%,*}" --roofline-gflop-s "${KIT_ROOFLINE##*,}")
+elif [ "$DRY_RUN" = 0 ]; then
+  case "$(vulkan_devices | head -n 1)" in
+    *H200*) ROOF+=(--roofline-gb-s 4800 --roofline-gflop-s 67000) ;;
+    *H100*PCIe*) ROOF+=(--roofline-gb-s 2000 --roofline-gflop-s 51000) ;;
+    *H100*) ROOF+=(--roofline-gb-s 3350 --roofline-gflop-s 67000) ;;
+  esac
+fi
+
 # 1. The inputs: the full-size synthetic pair (random weights, MedGemma 4B's shapes and type
 # mix) and a synthetic split of radiograph-sized 16-bit PNGs.
 synth_inputs() {
@@ -483,9 +497,10 @@ fi
 # 3. Every kernel and f16 form on this adapter (no model).
 run_step bench-kernels "$B_KERN" stdout -- "${LAUNCH_REX[@]}" "$REX" bench-kernels --backend wgpu "${KSHAPE[@]}" --m "$KM" --reps "$KREPS"
 
-# 4. The harness on the pair: image encode, prefill, decode, questions, device memory, kernels.
+# 4. The harness on the pair: image encode, prefill, decode, questions, device memory, kernels,
+# and each kernel's device time in a token, a prefill pass and an image encode (--profile).
 run_step bench-wgpu "$B_BENCH" stdout -- "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" --mmproj "$MMPROJ" --backend wgpu \
-  --prefill "$PREFILL" --decode "$DECODE" --official-max-tokens "$OFFICIAL"
+  --prefill "$PREFILL" --decode "$DECODE" --official-max-tokens "$OFFICIAL" "${ROOF[@]}"
 
 # 5. llama.cpp (Vulkan) on the same files and prompt lengths.
 run_step llama-bench "$B_LB" stdout -- "${LAUNCH_LLAMA[@]}" "$LB" -m "$MODEL" -p "$PREFILL" -n "$DECODE" -r "$REPS" -ngl "$NGL" -o json
@@ -531,7 +546,7 @@ run_step bench-one-submit "$B_ONE" stdout -- env CUBECL_WGPU_MAX_TASKS=512 "${LA
 # (REXVQA_TILE_PER=8; the default is 4 x 4): the prefill, image and per-matrix m = 256 figures
 # against step 4's say which the default should be on this GPU.
 run_step bench-tile8 "$B_TILE8" stdout -- env REXVQA_TILE_PER=8 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
-  --mmproj "$MMPROJ" --backend wgpu --prefill "$PREFILL" --decode 8 --official-max-tokens 8 --kernel-rows 256
+  --mmproj "$MMPROJ" --backend wgpu --prefill "$PREFILL" --decode 8 --official-max-tokens 8 --kernel-rows 256 "${ROOF[@]}"
 
 if [ "$DRY_RUN" = 0 ]; then
   write_summary

@@ -129,6 +129,18 @@ def main():
         "tiled_m256_speedup": {k: default_tiled[k] / v for k, v in t8_tiled.items() if default_tiled.get(k) and v},
     }
 
+    # Steps 4 and 10 with --profile: each pass's device time and its costliest kernels.
+    def profile_summary(res):
+        out = []
+        for ps in (res.get("profile") or {}).get("passes") or []:
+            out.append({
+                "pass": ps.get("pass"), "timing": ps.get("timing"), "wall_ms": ps.get("wall_ms"),
+                "gpu_ms": ps.get("gpu_ms"), "dispatches": ps.get("dispatches"),
+                "top": [{k: kt.get(k) for k in ("kernel", "dispatches", "gpu_us", "gb_per_s", "gflop_per_s",
+                                                 "roofline_pct")} for kt in (ps.get("kernels") or [])[:8]],
+            })
+        return out
+
     cal = result("calibrate") or {}
     projections = cal.get("projections") or []
     first = steps.get("first-answer") or {}
@@ -161,6 +173,8 @@ def main():
         "first_answer_wall_s": first_s,
         "one_submission_per_token": one_submit,
         "tile_per_8": tile8,
+        "profile": {"default": profile_summary(rr), "tile_per_8": profile_summary(t8),
+                    "roofline": (rr.get("profile") or {}).get("roofline")},
     }
     json.dump(out, sys.stdout, indent=1)
     print()

@@ -14,7 +14,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
+use burn_cubecl::cubecl::logging::{
+    LaunchObservation, LaunchObserver, ProfileDuration, TimingMethod, TimingRequest,
+};
 use serde::{Deserialize, Serialize};
 
 thread_local! {
@@ -24,7 +26,25 @@ thread_local! {
     static BYTES: Cell<u64> = const { Cell::new(0) };
     /// Launches by kernel on this thread while a [`Counting`] of it lives.
     static TALLY: RefCell<Option<BTreeMap<&'static str, u64>>> = const { RefCell::new(None) };
+    /// Bytes and FLOP an engine launcher noted for the launch it is about to make.
+    static NEXT: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// Bytes and FLOP of the last launch observed on this thread (its [`NEXT`], taken).
+    static LAST: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// Each launch's measurement, with its bytes and FLOP, while a [`Profiling`] lives.
+    static TIMED: RefCell<Option<Vec<Timed>>> = const { RefCell::new(None) };
 }
+
+/// One profiled launch, its measurement not yet read.
+struct Timed {
+    kernel: &'static str,
+    profile: ProfileDuration,
+    bytes: u64,
+    flop: u64,
+}
+
+/// Whether a [`Profiling`] lives (on any thread): the observer then asks CubeCL to time every
+/// launch, which costs a timestamp pair each, so never outside one.
+static PROFILING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// cubecl-wgpu submits its queued tasks every this many launches by default (and before every
 /// read).
@@ -59,6 +79,16 @@ pub fn note_upload() {
 /// weight bytes a token must read).
 pub fn note_bytes(bytes: usize) {
     BYTES.set(BYTES.get() + bytes as u64);
+    let (b, f) = NEXT.get();
+    NEXT.set((b + bytes as u64, f));
+}
+
+/// Notes the floating-point operations (a multiply–add is two) of the engine kernel launched
+/// next on this thread, for [`Profiling`]'s roofline figures. Call it, like [`note_bytes`],
+/// right before the launch.
+pub fn note_flop(flop: usize) {
+    let (b, f) = NEXT.get();
+    NEXT.set((b, f + flop as u64));
 }
 
 /// The one observer, process-wide as CubeCL's slot is: each launch goes to the tally of the
@@ -71,6 +101,30 @@ impl LaunchObserver for ThreadTally {
         TALLY.with_borrow_mut(|t| {
             if let Some(m) = t {
                 *m.entry(kernel).or_default() += 1;
+            }
+        });
+        // What a launcher noted belongs to the launch it made next: this one.
+        LAST.set(NEXT.replace((0, 0)));
+    }
+
+    fn timing(&self) -> TimingRequest {
+        if PROFILING.load(std::sync::atomic::Ordering::Relaxed) {
+            TimingRequest::Deferred
+        } else {
+            TimingRequest::None
+        }
+    }
+
+    fn profiled(&self, kernel: &'static str, profile: ProfileDuration) {
+        TIMED.with_borrow_mut(|t| {
+            if let Some(list) = t {
+                let (bytes, flop) = LAST.get();
+                list.push(Timed {
+                    kernel,
+                    profile,
+                    bytes,
+                    flop,
+                });
             }
         });
     }
@@ -98,6 +152,8 @@ pub struct Counting {
 /// Starts counting.
 pub fn count() -> Counting {
     TALLY.set(Some(BTreeMap::new()));
+    // Launches made while nothing observed them never took what their launchers noted.
+    NEXT.set((0, 0));
     let mut a = active();
     a.0 += 1;
     if a.1.is_none() {
@@ -170,6 +226,108 @@ impl Counts {
     /// observed: neither CubeCL nor wgpu reports submissions.
     pub fn submits(&self) -> u64 {
         self.dispatches / tasks_per_submit() + self.reads.max(1)
+    }
+}
+
+/// Times every launch this thread makes until [`Profiling::finish`], each on its own (CubeCL
+/// wraps each in a timestamp pair where the adapter has timestamp queries, host clock reads
+/// around a wait otherwise), with the bytes and FLOP the engine's launchers note. One at a time
+/// in the process.
+#[must_use = "profiling stops when dropped"]
+pub struct Profiling {
+    counting: Option<Counting>,
+}
+
+/// Starts profiling this thread's launches.
+pub fn profile() -> Profiling {
+    TIMED.set(Some(Vec::new()));
+    PROFILING.store(true, std::sync::atomic::Ordering::Relaxed);
+    Profiling {
+        counting: Some(count()),
+    }
+}
+
+impl Drop for Profiling {
+    fn drop(&mut self) {
+        PROFILING.store(false, std::sync::atomic::Ordering::Relaxed);
+        TIMED.set(None);
+    }
+}
+
+/// One kernel's launches in a profiled pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelTime {
+    /// The kernel's name (as in [`KernelCount`]).
+    pub kernel: String,
+    /// Launches.
+    pub dispatches: u64,
+    /// Their summed time on the device, in µs.
+    pub gpu_us: f64,
+    /// Bytes the engine's launcher noted for them (0 for burn's own kernels: not counted).
+    pub bytes: u64,
+    /// Floating-point operations noted for them (0 where not counted).
+    pub flop: u64,
+}
+
+/// A profiled pass, kernel by kernel.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PassProfile {
+    /// How the launches were timed: `device` (timestamp queries) or `system` (host clock).
+    pub timing: String,
+    /// The launches that carried a measurement (the others were not timed).
+    pub timed: u64,
+    /// Every launch of the pass, timed or not.
+    pub dispatches: u64,
+    /// Every byte the pass's launchers noted (each also in its kernel's row).
+    pub bytes: u64,
+    /// By kernel, most device time first.
+    pub kernels: Vec<KernelTime>,
+}
+
+impl Profiling {
+    /// Stops profiling and reads every measurement (after the device has run the pass: each
+    /// read waits for its own launch).
+    pub async fn finish(mut self) -> PassProfile {
+        PROFILING.store(false, std::sync::atomic::Ordering::Relaxed);
+        let timed = TIMED.take().unwrap_or_default();
+        let (dispatches, bytes) = self.counting.take().map_or((0, 0), |c| {
+            let c = c.finish();
+            (c.dispatches, c.kernel_bytes)
+        });
+        let mut method = None;
+        let mut by: BTreeMap<&'static str, KernelTime> = BTreeMap::new();
+        let mut n = 0;
+        for t in timed {
+            method.get_or_insert(t.profile.timing_method());
+            let entry = by.entry(t.kernel).or_insert_with(|| KernelTime {
+                kernel: short_name(t.kernel),
+                dispatches: 0,
+                gpu_us: 0.0,
+                bytes: 0,
+                flop: 0,
+            });
+            entry.dispatches += 1;
+            entry.bytes += t.bytes;
+            entry.flop += t.flop;
+            if let Some(ticks) = t.profile.resolve().await {
+                entry.gpu_us += ticks.duration().as_secs_f64() * 1e6;
+                n += 1;
+            }
+        }
+        let mut kernels: Vec<KernelTime> = by.into_values().collect();
+        kernels.sort_by(|a, b| b.gpu_us.total_cmp(&a.gpu_us));
+        PassProfile {
+            timing: match method {
+                Some(TimingMethod::Device) => "device",
+                Some(TimingMethod::System) => "system",
+                None => "none",
+            }
+            .to_string(),
+            timed: n,
+            dispatches,
+            bytes,
+            kernels,
+        }
     }
 }
 

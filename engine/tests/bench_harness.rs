@@ -5,7 +5,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use rexvqa_engine::bench::{BenchOptions, count_passes, count_passes_now, run};
+use rexvqa_engine::bench::{
+    BenchOptions, Roofline, count_passes, count_passes_now, profile_passes, run,
+};
 use rexvqa_engine::device;
 use rexvqa_engine::eval::Clock;
 use rexvqa_engine::gguf::FileSource;
@@ -54,6 +56,7 @@ fn opts() -> BenchOptions {
         official_max_tokens: 3,
         kernel_rows: vec![1, 16],
         kernel_reps: 1,
+        profile: None,
     }
 }
 
@@ -273,4 +276,77 @@ fn the_device_sync_waits_for_queued_work() {
         read * 5.0 < synced,
         "the sync took {synced:.3} s and the read after it {read:.3} s: the sync did not wait"
     );
+}
+
+/// `rexvqa bench --profile`: every launch of a decoded token, a prefill pass and an image encode
+/// timed on its own (lavapipe has timestamp queries), the same launches a count of the pass
+/// finds, and every byte the engine's launchers note attributed to one of its kernels.
+#[test]
+fn the_profile_times_every_launch_of_each_pass() {
+    let _gpu = gpu_lock();
+    let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let m = model_on(true, &dev);
+    let size = m.vision.as_ref().unwrap().cfg.image_size;
+    let pixels = vec![0.25f32; 3 * size * size];
+    let roof = Roofline {
+        gb_per_s: Some(100.0),
+        gflop_per_s: Some(1000.0),
+    };
+    let opts = BenchOptions {
+        prefill_lengths: vec![24],
+        ..opts()
+    };
+    let clock = Wall(std::time::Instant::now());
+    let p = pollster::block_on(profile_passes(&m, &opts, Some(&pixels), roof, &clock)).unwrap();
+    let counts = pollster::block_on(count_passes_now(&m, 2)).unwrap();
+    let names: Vec<&str> = p.passes.iter().map(|x| &x.pass[..]).collect();
+    assert_eq!(names, ["token", "prefill 24", "image"]);
+    assert_eq!(p.passes[0].dispatches, counts.token.dispatches);
+    assert_eq!(p.passes[2].dispatches, counts.image.unwrap().dispatches);
+    for pass in &p.passes {
+        assert!(matches!(&pass.timing[..], "device" | "system"), "{pass:?}");
+        assert_eq!(
+            pass.timed, pass.dispatches,
+            "{}: every launch timed",
+            pass.pass
+        );
+        assert_eq!(
+            pass.kernels.iter().map(|k| k.dispatches).sum::<u64>(),
+            pass.dispatches
+        );
+        assert!(pass.bytes > 0);
+        assert_eq!(
+            pass.kernels.iter().map(|k| k.bytes).sum::<u64>(),
+            pass.bytes,
+            "{}: every noted byte lands on one of its kernels",
+            pass.pass
+        );
+        assert!(
+            pass.kernels
+                .iter()
+                .all(|k| k.gpu_us.is_finite() && k.gpu_us > 0.0)
+        );
+        // Launches one after another: their device times add up to at most the pass's wall
+        // time (a margin for two clocks), and a unit slip (µs for ms) would be 1000× off.
+        assert!(
+            pass.gpu_ms > 0.0 && pass.gpu_ms <= 1.5 * pass.wall_ms,
+            "{}: {} ms of device time in {} ms",
+            pass.pass,
+            pass.gpu_ms,
+            pass.wall_ms
+        );
+        let products: Vec<_> = pass
+            .kernels
+            .iter()
+            .filter(|k| k.kernel.starts_with("Qmatmul") || k.kernel.starts_with("Qgemv"))
+            .collect();
+        assert!(!products.is_empty(), "{pass:?}");
+        for k in products {
+            assert!(k.bytes > 0 && k.flop > 0, "{k:?}");
+            let pct = k.roofline_pct.unwrap();
+            let gb = 100.0 * k.gb_per_s.unwrap() / 100.0;
+            let gf = 100.0 * k.gflop_per_s.unwrap() / 1000.0;
+            assert!((pct - gb.max(gf)).abs() <= 1e-9 * pct, "{k:?}");
+        }
+    }
 }

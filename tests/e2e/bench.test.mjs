@@ -1,5 +1,6 @@
 // End-to-end: the in-browser benchmark runs the engine's harness on the loaded tiny model and
-// saves the same JSON shape `rexvqa bench` writes (every figure measured, none zero or missing).
+// saves the same JSON shape `rexvqa bench` writes (every figure measured, none zero or missing),
+// with the kernel profile asked for.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -16,6 +17,7 @@ test('benchmark page: the harness in the browser, saved as JSON', { timeout: 600
   await page.getByTestId('bench-prefill').fill('64,128');
   await page.getByTestId('bench-decode').fill('8');
   await page.getByTestId('bench-official').fill('4');
+  await page.getByTestId('bench-profile').check();
   await page.getByTestId('bench-run').click();
   await page.getByTestId('bench-results').waitFor({ timeout: SLOW });
   await page.screenshot({ path: join(SHOTS, 'bench-panel.png'), fullPage: true });
@@ -46,6 +48,20 @@ test('benchmark page: the harness in the browser, saved as JSON', { timeout: 600
     assert.ok(k.reps >= 3 && (k.reps === 4096 || k.ms * k.reps >= 10), JSON.stringify(k));
   }
   assert.equal(await page.getByTestId('bench-kernels').locator('tbody tr').count(), r.kernels.length);
+  // The kernel profile: every launch of a token, the 128-token prefill and an image encode timed
+  // on its own, the token's as many as the dispatch count, and one table row per kernel and pass.
+  const passes = r.profile.passes;
+  assert.deepEqual(passes.map((p) => p.pass), ['token', 'prefill 128', 'image']);
+  assert.equal(passes[0].dispatches, r.dispatches_per_token);
+  for (const p of passes) {
+    assert.ok(['device', 'system'].includes(p.timing), p.timing);
+    assert.equal(p.timed, p.dispatches, `${p.pass}: every launch timed`);
+    assert.equal(p.kernels.reduce((n, k) => n + k.dispatches, 0), p.dispatches);
+    for (const k of p.kernels) assert.ok(k.gpu_us >= 0, JSON.stringify(k));
+    assert.ok(p.gpu_ms > 0, p.pass);
+  }
+  assert.equal(await page.getByTestId('bench-profile-table').locator('tbody tr').count(),
+    passes.reduce((n, p) => n + p.kernels.length, 0));
   assert.ok(j.wasm_heap_bytes > 0);
   assert.match(j.backend, /^(CPU|WebGPU)/);
   assert.equal(j.sha256.length, 2);

@@ -249,6 +249,10 @@ pub enum Request {
         /// `rexvqa bench --kernel-rows`.
         #[serde(default = "default_kernel_rows")]
         kernel_rows: Vec<usize>,
+        /// Time every launch of a token, a prefill pass and an image encode on its own, as
+        /// `rexvqa bench --profile` (the JSON's `profile`).
+        #[serde(default)]
+        profile: bool,
     },
     /// Stop unpacking the image archive (what is unpacked stays).
     UnpackCancel,

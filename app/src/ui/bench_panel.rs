@@ -193,6 +193,33 @@ fn kernel_rows(json: &str) -> Vec<[String; 7]> {
         .collect()
 }
 
+/// Rows (pass, kernel, launches, device µs, GB/s, GFLOP/s) of the profiled passes, each pass's
+/// kernels by device time as the JSON lists them; rates not counted for a kernel show "–".
+fn profile_rows(json: &str) -> Vec<[String; 6]> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Vec::new();
+    };
+    let rate = |x: &serde_json::Value| x.as_f64().map_or("–".to_string(), |r| format!("{r:.2}"));
+    let mut out = Vec::new();
+    for pass in v["results"]["profile"]["passes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for k in pass["kernels"].as_array().into_iter().flatten() {
+            out.push([
+                pass["pass"].as_str().unwrap_or("").to_string(),
+                k["kernel"].as_str().unwrap_or("").to_string(),
+                k["dispatches"].to_string(),
+                format!("{:.1}", k["gpu_us"].as_f64().unwrap_or(f64::NAN)),
+                rate(&k["gb_per_s"]),
+                rate(&k["gflop_per_s"]),
+            ]);
+        }
+    }
+    out
+}
+
 /// Positive counts separated by commas ("" is none); None when one is not a positive number.
 fn counts(text: &str) -> Option<Vec<usize>> {
     text.split(',')
@@ -210,6 +237,7 @@ pub fn BenchPanel() -> impl IntoView {
     let decode = RwSignal::new(32usize);
     let official = RwSignal::new(16usize);
     let rows_text = RwSignal::new("1,256".to_string());
+    let profile = RwSignal::new(false);
     let run = move |_| {
         let lengths = counts(&prefill.get_untracked());
         let rows = counts(&rows_text.get_untracked());
@@ -221,6 +249,7 @@ pub fn BenchPanel() -> impl IntoView {
                     decode: decode.get_untracked().max(1),
                     official_max_tokens: official.get_untracked().max(1),
                     kernel_rows: rows,
+                    profile: profile.get_untracked(),
                 });
             }
             (None, _) | (Some(_), Some(_)) => engine.error(
@@ -244,6 +273,7 @@ pub fn BenchPanel() -> impl IntoView {
                 <label>"decode tokens " <input type="number" min="1" class="narrow" data-testid="bench-decode" prop:value=move || decode.get() on:input=move |ev| decode.set(event_target_value(&ev).parse().unwrap_or(1)) /></label>
                 <label>"official cap " <input type="number" min="1" class="narrow" data-testid="bench-official" prop:value=move || official.get() on:input=move |ev| official.set(event_target_value(&ev).parse().unwrap_or(1)) /></label>
                 <label title="input rows of the per-matrix kernel timings; empty for none">"kernel rows " <input class="narrow" data-testid="bench-kernel-rows" prop:value=move || rows_text.get() on:input=move |ev| rows_text.set(event_target_value(&ev)) /></label>
+                <label title="time every launch of a token, a prefill pass and an image encode on its own"><input type="checkbox" data-testid="bench-profile" prop:checked=move || profile.get() on:change=move |ev| profile.set(event_target_checked(&ev)) />" kernel profile"</label>
                 <button data-testid="bench-run" disabled=running on:click=run>"Run benchmark"</button>
             </div>
             {move || running().then(|| view! { <p role="status">"Running the benchmark…"</p> })}
@@ -262,6 +292,17 @@ pub fn BenchPanel() -> impl IntoView {
                             </tbody>
                         </table>
                     </details>
+                    {(!profile_rows(&json).is_empty()).then(|| view! {
+                        <details>
+                            <summary>"Device time by kernel (profiled passes)"</summary>
+                            <table class="grid" data-testid="bench-profile-table">
+                                <thead><tr><th>"pass"</th><th>"kernel"</th><th>"launches"</th><th>"µs"</th><th>"GB/s"</th><th>"GFLOP/s"</th></tr></thead>
+                                <tbody>
+                                    {profile_rows(&json).into_iter().map(|cells| view! { <tr>{cells.into_iter().map(|c| view! { <td class="mono">{c}</td> }).collect_view()}</tr> }).collect_view()}
+                                </tbody>
+                            </table>
+                        </details>
+                    })}
                     <button class="secondary" data-testid="bench-save" on:click=move |_| engine.download("rexvqa-web-bench.json", "application/json", &save)>"Save JSON"</button>
                 }
             })}
@@ -293,6 +334,27 @@ mod tests {
         );
         // The CPU, and reports saved before the adapter was recorded.
         assert_eq!(runs_on(&"cpu".into(), &serde_json::Value::Null), "cpu");
+    }
+
+    #[test]
+    fn profile_rows_list_each_pass_kernel_by_kernel() {
+        let json = serde_json::json!({"results": {"profile": {"passes": [
+            {"pass": "token", "kernels": [
+                {"kernel": "QgemvKernel", "dispatches": 29, "gpu_us": 75.04, "gb_per_s": 120.5, "gflop_per_s": 0.5},
+                {"kernel": "CopyKernel", "dispatches": 2, "gpu_us": 3.0, "gb_per_s": null, "gflop_per_s": null}]},
+            {"pass": "image", "kernels": [
+                {"kernel": "AttentionKernel", "dispatches": 2, "gpu_us": 10.0, "gb_per_s": 1.0, "gflop_per_s": 2.0}]}]}}})
+        .to_string();
+        let rows = profile_rows(&json);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            rows[0],
+            ["token", "QgemvKernel", "29", "75.0", "120.50", "0.50"].map(String::from)
+        );
+        assert_eq!(rows[1][4..], ["–", "–"].map(String::from));
+        assert_eq!(rows[2][0], "image");
+        // A run without the profile has no rows (and no table).
+        assert!(profile_rows(r#"{"results": {}}"#).is_empty());
     }
 
     #[test]

@@ -65,7 +65,18 @@ async fn route(out: Replies, req: Request, attached: Vec<File>) -> Result<(), Wo
             decode,
             official_max_tokens,
             kernel_rows,
-        } => model::bench(out, prefill, decode, official_max_tokens, kernel_rows).await?,
+            profile,
+        } => {
+            model::bench(
+                out,
+                prefill,
+                decode,
+                official_max_tokens,
+                kernel_rows,
+                profile,
+            )
+            .await?
+        }
         Request::OpenDataset { paths } => dataset::open(out, paths, attached).await?,
         Request::UnpackCancel => dataset::cancel_unpack(),
         Request::DeleteUnpacked => dataset::delete_unpacked(out).await?,

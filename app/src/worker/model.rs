@@ -397,6 +397,7 @@ pub async fn bench(
     decode: usize,
     official_max_tokens: usize,
     kernel_rows: Vec<usize>,
+    profile: bool,
 ) -> Result<(), WorkerError> {
     let model = state::model()?;
     state::no_eval_running("benchmark")?;
@@ -407,6 +408,8 @@ pub async fn bench(
         official_max_tokens,
         kernel_rows,
         kernel_reps: 3,
+        // No roofline in the browser: the rates are in the JSON, the machine's peaks are not.
+        profile: profile.then(rexvqa_engine::bench::Roofline::default),
     };
     let r = rexvqa_engine::bench::run(&model, &opts, &PerfClock)
         .await

@@ -116,6 +116,113 @@ pub struct BenchReport {
     /// The passes counted, by kernel.
     #[serde(default)]
     pub counts: Option<PassCounts>,
+    /// Each kernel's device time in one decoded token, one prefill pass and one image encode
+    /// ([`BenchOptions::profile`]; GPU backends).
+    #[serde(default)]
+    pub profile: Option<ProfileReport>,
+}
+
+/// A machine's roofline: what its memory and arithmetic can do at best, entered by hand (e.g.
+/// an H100's 3,350 GB/s), against which [`ProfileReport`] puts each kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Roofline {
+    /// Memory bandwidth, GB/s.
+    pub gb_per_s: Option<f64>,
+    /// Arithmetic, GFLOP/s (of the precision the kernels use: f32 here).
+    pub gflop_per_s: Option<f64>,
+}
+
+/// Per-kernel device time of the passes that matter, each launch timed on its own.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProfileReport {
+    /// The roofline the percentages are of.
+    pub roofline: Roofline,
+    /// One decoded token, one prefill pass (of the longest prefill length) and, with a
+    /// vision tower, one image encode.
+    pub passes: Vec<ProfiledPass>,
+}
+
+/// One profiled pass.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProfiledPass {
+    /// `token`, `prefill N` or `image`.
+    pub pass: String,
+    /// The pass's wall time with every launch timed (longer than an untimed one: each launch
+    /// carries a timestamp pair).
+    pub wall_ms: f64,
+    /// The sum of its launches' device times.
+    pub gpu_ms: f64,
+    /// How the launches were timed: `device` (timestamp queries) or `system`.
+    pub timing: String,
+    /// Launches, and how many carried a measurement.
+    pub dispatches: u64,
+    /// Bytes the pass's launchers noted, all of them (each kernel's row has its share).
+    pub bytes: u64,
+    /// Launches with a measurement.
+    pub timed: u64,
+    /// By kernel, most device time first.
+    pub kernels: Vec<ProfiledKernel>,
+}
+
+/// One kernel's launches in a profiled pass, against the roofline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfiledKernel {
+    /// The kernel.
+    pub kernel: String,
+    /// Launches.
+    pub dispatches: u64,
+    /// Their device time, µs.
+    pub gpu_us: f64,
+    /// Bytes the launcher noted (0: not counted, burn's own kernels).
+    pub bytes: u64,
+    /// Floating-point operations noted (0: not counted).
+    pub flop: u64,
+    /// Bytes over device time.
+    pub gb_per_s: Option<f64>,
+    /// FLOP over device time.
+    pub gflop_per_s: Option<f64>,
+    /// The larger of the bandwidth and arithmetic fractions of the roofline, in %: how near
+    /// the kernel runs to what bounds it.
+    pub roofline_pct: Option<f64>,
+}
+
+impl ProfiledPass {
+    fn new(pass: String, wall_ms: f64, p: launches::PassProfile, roof: Roofline) -> ProfiledPass {
+        let kernels: Vec<ProfiledKernel> = p
+            .kernels
+            .into_iter()
+            .map(|k| {
+                let s = k.gpu_us / 1e6;
+                let rate = |x: u64| (x > 0 && s > 0.0).then(|| x as f64 / s / 1e9);
+                let (gb, gf) = (rate(k.bytes), rate(k.flop));
+                let pct = |v: Option<f64>, peak: Option<f64>| Some(100.0 * v? / peak?);
+                let roofline_pct = match (pct(gb, roof.gb_per_s), pct(gf, roof.gflop_per_s)) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                ProfiledKernel {
+                    kernel: k.kernel,
+                    dispatches: k.dispatches,
+                    gpu_us: k.gpu_us,
+                    bytes: k.bytes,
+                    flop: k.flop,
+                    gb_per_s: gb,
+                    gflop_per_s: gf,
+                    roofline_pct,
+                }
+            })
+            .collect();
+        ProfiledPass {
+            pass,
+            wall_ms,
+            gpu_ms: kernels.iter().map(|k| k.gpu_us).sum::<f64>() / 1e3,
+            timing: p.timing,
+            dispatches: p.dispatches,
+            bytes: p.bytes,
+            timed: p.timed,
+            kernels,
+        }
+    }
 }
 
 /// What each pass asks of the device, counted by [`count_passes`].
@@ -151,6 +258,9 @@ pub struct BenchOptions {
     /// Least repetitions per kernel timing (after one warm-up); more while the timed span is
     /// shorter than [`MIN_TIMED_MS`].
     pub kernel_reps: usize,
+    /// Profile the passes kernel by kernel against this roofline ([`BenchReport::profile`]);
+    /// None: no profile.
+    pub profile: Option<Roofline>,
 }
 
 impl Default for BenchOptions {
@@ -162,6 +272,7 @@ impl Default for BenchOptions {
             official_max_tokens: 256,
             kernel_rows: vec![1, 256],
             kernel_reps: 3,
+            profile: None,
         }
     }
 }
@@ -327,6 +438,85 @@ impl BenchReport {
     }
 }
 
+/// Times each launch of one decoded token (after a 16-token prompt), one prefill pass of the
+/// longest prefill length and, given `pixels`, one image encode, each after a sync so that only
+/// its own launches are measured.
+pub async fn profile_passes(
+    model: &Model,
+    opts: &BenchOptions,
+    pixels: Option<&[f32]>,
+    roof: Roofline,
+    clock: &impl Clock,
+) -> Result<ProfileReport, ModelError> {
+    let filler = model.tokenizer.encode(
+        " The heart size is normal and the lungs are clear.",
+        false,
+        false,
+    );
+    let prompt = |n: usize| -> Vec<u32> {
+        std::iter::once(model.tokenizer.bos())
+            .chain(filler.iter().copied().cycle())
+            .take(n)
+            .collect()
+    };
+    let mut passes = Vec::new();
+
+    let mut cache = model.decoder.new_cache();
+    let pending = model
+        .decoder
+        .greedy(model.prefill(&prompt(16), &[], &mut cache)?);
+    sync(model).await?;
+    let t = clock.now_ms();
+    let p = launches::profile();
+    let next = model
+        .decoder
+        .greedy(model.decoder.forward_token(pending, &mut cache));
+    sync(model).await?;
+    let wall = clock.now_ms() - t;
+    passes.push(ProfiledPass::new(
+        "token".into(),
+        wall,
+        p.finish().await,
+        roof,
+    ));
+    drop((next, cache));
+
+    if let Some(&n) = opts.prefill_lengths.iter().max() {
+        let ids = prompt(n);
+        let t = clock.now_ms();
+        let p = launches::profile();
+        let out = model.prefill(&ids, &[], &mut model.decoder.new_cache())?;
+        sync(model).await?;
+        let wall = clock.now_ms() - t;
+        passes.push(ProfiledPass::new(
+            format!("prefill {n}"),
+            wall,
+            p.finish().await,
+            roof,
+        ));
+        drop(out);
+    }
+
+    if let Some(pixels) = pixels {
+        let t = clock.now_ms();
+        let p = launches::profile();
+        let feats = model.encode_image(pixels)?;
+        sync(model).await?;
+        let wall = clock.now_ms() - t;
+        passes.push(ProfiledPass::new(
+            "image".into(),
+            wall,
+            p.finish().await,
+            roof,
+        ));
+        drop(feats);
+    }
+    Ok(ProfileReport {
+        roofline: roof,
+        passes,
+    })
+}
+
 /// Runs the harness (needs a vision tower).
 pub async fn run(
     model: &Model,
@@ -437,6 +627,15 @@ pub async fn run(
     r.decode_wait_ms = done - issued;
     sample(model);
     drop(cache);
+
+    if let Some(roof) = opts
+        .profile
+        .filter(|_| crate::device::queues_work(model.device()))
+    {
+        let pixels = image.as_ref().map(|(p, _)| p.as_slice());
+        r.profile = Some(profile_passes(model, opts, pixels, roof, clock).await?);
+        sample(model);
+    }
 
     let mut matrices = model.decoder.matrices();
     if let Some(v) = &model.vision {

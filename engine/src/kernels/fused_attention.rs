@@ -185,7 +185,6 @@ impl AttentionOps for CubeBackend {
         // q, the valid keys and values of every KV head, the mask, the output.
         let kv_heads = k.meta.shape().dims::<3>()[0];
         let mask_bytes = if has_mask { t * s * 4 } else { 0 };
-        crate::launches::note_bytes(2 * heads * t * d * 4 + 2 * kv_heads * s * d * 4 + mask_bytes);
         let client = q.client.clone();
         let out = empty_device_dtype(
             client.clone(),
@@ -194,6 +193,10 @@ impl AttentionOps for CubeBackend {
             DType::F32,
         );
         let mask = into_contiguous(mask);
+        // Noted after the copy above may have launched, so they go with this kernel's launch.
+        crate::launches::note_bytes(2 * heads * t * d * 4 + 2 * kv_heads * s * d * 4 + mask_bytes);
+        // q·k and p·v: a multiply-add each per head, query, key and dimension.
+        crate::launches::note_flop(4 * heads * t * s * d);
         let cube_count =
             cubecl::CubeCount::Static(t.div_ceil(WORKGROUP as usize) as u32, heads as u32, 1);
         attention_kernel::launch(

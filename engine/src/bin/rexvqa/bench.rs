@@ -37,6 +37,18 @@ pub struct BenchArgs {
     /// compiled and counted, not executed), with the weight bytes a token reads.
     #[arg(long, conflicts_with = "load_only")]
     counts_only: bool,
+    /// Also time every launch of one decoded token, one prefill pass (the longest length) and
+    /// one image encode on its own (timestamp queries where the adapter has them): `profile`,
+    /// kernel by kernel, with bytes, FLOP and their rates.
+    #[arg(long)]
+    profile: bool,
+    /// The machine's memory bandwidth in GB/s (e.g. 3350 for an H100), for `--profile`'s
+    /// percentages of the roofline.
+    #[arg(long, requires = "profile")]
+    roofline_gb_s: Option<f64>,
+    /// The machine's f32 arithmetic in GFLOP/s, for `--profile`'s percentages of the roofline.
+    #[arg(long, requires = "profile")]
+    roofline_gflop_s: Option<f64>,
     /// Run the device self-test for the model's plan before loading it, as the browser app
     /// does on a first load: `selftest_s` is its time, and the figures after it show how
     /// much of the model's first-use shader compilation it already paid for.
@@ -104,6 +116,9 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
         kernel_rows,
         load_only,
         counts_only,
+        profile,
+        roofline_gb_s,
+        roofline_gflop_s,
         selftest,
         out,
     } = args;
@@ -168,6 +183,10 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             official_max_tokens,
             kernel_rows,
             kernel_reps: 3,
+            profile: profile.then_some(rexvqa_engine::bench::Roofline {
+                gb_per_s: roofline_gb_s,
+                gflop_per_s: roofline_gflop_s,
+            }),
         };
         let r = pollster::block_on(rexvqa_engine::bench::run(
             &model,
