@@ -779,6 +779,73 @@ pub const TILE_PER: u32 = 4;
 /// every read of the inner loop), at 17 in 16 different banks.
 const STRIDE: usize = TILE_K + 1;
 
+/// Weights `j0 .. j0 + 4` of the row at word `row` (type `ty`, `k` weights) into
+/// `ws[at ..]`, 0 past the row's end. A run of a [`gemv_chunked`] type lies in one sub-block
+/// (`j0` is a multiple of 4 and the row a whole number of blocks), so its four quants share one
+/// word and one scale: one load of each where [`dequant_one`] makes them per weight. The values
+/// are [`dequant_one`]'s, bit for bit.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_run<H: CubePrimitive>(
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    row: usize,
+    j0: usize,
+    k: usize,
+    ws: &mut Shared<[f32]>,
+    at: usize,
+    #[comptime] ty: u32,
+    #[comptime] native: bool,
+) {
+    if comptime!(ty == ty::Q4_K) {
+        let base = row + (j0 / 256) * 36;
+        let i = j0 % 256;
+        let n = i / 64;
+        let within = i % 64;
+        let d = half_at(w, wh, base, 0, native);
+        let dmin = half_at(w, wh, base, 1, native);
+        let (sc, mn) = scale_min_k4(w, base, 4, 2 * n + within / 32);
+        let mut word = w[base + 4 + (n * 32 + within % 32) / 4];
+        if within >= 32 {
+            word >>= 4u32;
+        }
+        #[unroll]
+        for t in 0..4u32 {
+            let q = (word >> (8 * t)) & 0xFu32;
+            ws[at + t as usize] = d * sc * f32::cast_from(q) - dmin * mn;
+        }
+    } else if comptime!(ty == ty::Q6_K) {
+        let base = row + (j0 / 256) * 53;
+        let i = j0 % 256;
+        let n = i / 128;
+        let w128 = i % 128;
+        let l = w128 % 32;
+        let quarter = w128 / 32;
+        let d = half_at(w, wh, base + 52, 0, native);
+        let sc = signed_byte(byte_at(w, base, 192 + n * 8 + l / 16 + 2 * quarter));
+        let mut ql = w[base + (n * 64 + l + (quarter % 2) * 32) / 4];
+        if quarter >= 2 {
+            ql >>= 4u32;
+        }
+        let qh = w[base + (128 + n * 32 + l) / 4] >> ((2 * quarter) as u32);
+        #[unroll]
+        for t in 0..4u32 {
+            let lo = (ql >> (8 * t)) & 0xFu32;
+            let hi = (qh >> (8 * t)) & 3u32;
+            ws[at + t as usize] = d * sc * (f32::cast_from(lo | (hi << 4u32)) - 32.0f32);
+        }
+    } else {
+        #[unroll]
+        for t in 0..4usize {
+            let mut v = 0.0f32;
+            if j0 + t < k {
+                v = dequant_one(w, wh, row, j0 + t, ty, native);
+            }
+            ws[at + t] = v;
+        }
+    }
+}
+
 /// `out[m, r] = Σ_j x[m, j] · W[r, j]` for many input rows (prefill, vision): a workgroup stages
 /// a 64 × 16 slice of `x` and the same slice of 64 weight rows, decoded once, in workgroup
 /// memory, and each invocation accumulates a `per` × `per` block of outputs from it ([`TILE_PER`];
@@ -833,35 +900,40 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     }
     let mut k0 = 0usize;
     while k0 < k {
+        // Each invocation stages runs of 4 neighbouring columns of one row, so that a K-quant
+        // run is decoded from one word of quants and one set of scales ([`stage_run`]).
         #[unroll]
-        for q in 0..loads {
+        for q in 0..comptime!(loads / 4) {
             let e = tid + q * threads;
-            let rr = e / TILE_K;
-            let j = k0 + e % TILE_K;
-            let mut xv = 0.0f32;
-            if bm + rr < m && j < k {
-                xv = x[(bm + rr) * k + j];
+            let rr = e / (TILE_K / 4);
+            let c0 = (e % (TILE_K / 4)) * 4;
+            let j0 = k0 + c0;
+            let at = rr * STRIDE + c0;
+            #[unroll]
+            for t in 0..4usize {
+                let mut xv = 0.0f32;
+                if bm + rr < m && j0 + t < k {
+                    xv = x[(bm + rr) * k + j0 + t];
+                }
+                xs[at + t] = xv;
             }
-            xs[rr * STRIDE + e % TILE_K] = xv;
-            let mut wv = 0.0f32;
-            if bn + rr < n && j < k {
-                wv = weight_at(
-                    w,
-                    wh,
-                    w2,
-                    wh2,
-                    bn + rr,
-                    j,
-                    n1,
-                    rw,
-                    rw2,
-                    ty,
-                    ty2,
-                    stacked,
-                    native,
-                );
+            let r = bn + rr;
+            if r < n {
+                if comptime!(stacked) {
+                    if r < n1 {
+                        stage_run(w, wh, r * rw, j0, k, &mut ws, at, ty, native);
+                    } else {
+                        stage_run(w2, wh2, (r - n1) * rw2, j0, k, &mut ws, at, ty2, native);
+                    }
+                } else {
+                    stage_run(w, wh, r * rw, j0, k, &mut ws, at, ty, native);
+                }
+            } else {
+                #[unroll]
+                for t in 0..4usize {
+                    ws[at + t] = 0.0f32;
+                }
             }
-            ws[rr * STRIDE + e % TILE_K] = wv;
         }
         sync_cube();
         #[unroll]
