@@ -38,9 +38,12 @@ pub struct BenchReport {
     pub prefill_first: Vec<(usize, f64)>,
     /// Decoding throughput (tokens per second, one token per step with the KV cache).
     pub decode_tokens_per_s: f64,
-    /// Host milliseconds spent issuing one decoded token: encoding its launches and uploads,
-    /// with no wait for the device. Where this approaches the token's time, the host (our code,
-    /// CubeCL, wgpu, the browser's WebGPU) bounds decoding, not the GPU.
+    /// Host milliseconds spent issuing one decoded token: encoding its launches and uploads.
+    /// In the browser there is no wait for the device in it, and where it approaches the token's
+    /// time the host (our code, CubeCL, wgpu, the browser's WebGPU) bounds decoding. Natively it
+    /// also holds device waits: cubecl-wgpu keeps at most ~512 launches in flight and drains the
+    /// queue every 64 uploads, so a device-bound loop reports its device time here (the host's
+    /// own share: `engine/examples/issue_time.rs`).
     #[serde(default)]
     pub decode_issue_ms_per_token: f64,
     /// Milliseconds the decode loop then waited for the device to finish, in its one read.
