@@ -65,6 +65,18 @@ pub fn adapter(device: &Device) -> Option<Adapter> {
     }
 }
 
+/// Whether `device`'s adapter times work with timestamp queries (the kernel profile needs them
+/// in a browser, where the host-clock fallback would block); None for the CPU.
+pub fn timestamps(device: &Device) -> Option<bool> {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => Some(
+            d.client().properties().timing_method
+                == burn_cubecl::cubecl::logging::TimingMethod::Device,
+        ),
+        _ => None,
+    }
+}
+
 /// The largest buffer a kernel may bind on `device` (the adapter's storage binding and
 /// buffer limits); None for the CPU.
 pub fn max_binding_bytes(device: &Device) -> Option<u64> {

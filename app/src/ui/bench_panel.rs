@@ -68,6 +68,10 @@ fn rows(json: &str) -> Vec<(String, String)> {
         out.push(("GPU memory, peak (MB)".into(), format!("{:.0}", b / 1e6)));
     }
     out.extend(dispatch_rows(r));
+    // The kernel profile was asked for but this adapter cannot give it: say why.
+    if let Some(why) = r["profile"]["unavailable"].as_str() {
+        out.push(("kernel profile".into(), why.to_string()));
+    }
     out
 }
 

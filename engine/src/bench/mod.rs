@@ -143,6 +143,10 @@ pub struct ProfileReport {
     /// One decoded token, one prefill pass (of the longest prefill length) and, with a
     /// vision tower, one image encode.
     pub passes: Vec<ProfiledPass>,
+    /// Why there are no passes, where the adapter cannot be profiled (a browser without
+    /// timestamp queries); the rest of the benchmark still runs.
+    #[serde(default)]
+    pub unavailable: Option<String>,
 }
 
 /// One profiled pass.
@@ -451,6 +455,16 @@ pub async fn profile_passes(
     roof: Roofline,
     clock: &impl Clock,
 ) -> Result<ProfileReport, ModelError> {
+    // Without timestamp queries CubeCL times a launch by waiting for the device on the host,
+    // which a browser cannot do (cubecl-wgpu panics there rather than block).
+    if cfg!(target_arch = "wasm32") && crate::device::timestamps(model.device()) == Some(false) {
+        return Err(ModelError::Unsupported(
+            "the kernel profile needs timestamp queries, which this browser's WebGPU adapter \
+             does not offer (Chrome: --enable-unsafe-webgpu or \
+             --enable-dawn-features=allow_unsafe_apis); run the benchmark without it"
+                .into(),
+        ));
+    }
     let filler = model.tokenizer.encode(
         " The heart size is normal and the lungs are clear.",
         false,
@@ -517,6 +531,7 @@ pub async fn profile_passes(
     Ok(ProfileReport {
         roofline: roof,
         passes,
+        unavailable: None,
     })
 }
 
@@ -636,7 +651,16 @@ pub async fn run(
         .filter(|_| crate::device::queues_work(model.device()))
     {
         let pixels = image.as_ref().map(|(p, _)| p.as_slice());
-        r.profile = Some(profile_passes(model, opts, pixels, roof, clock).await?);
+        r.profile = Some(
+            match profile_passes(model, opts, pixels, roof, clock).await {
+                Err(ModelError::Unsupported(why)) => ProfileReport {
+                    roofline: roof,
+                    unavailable: Some(why),
+                    ..Default::default()
+                },
+                other => other?,
+            },
+        );
         sample(model);
     }
 
