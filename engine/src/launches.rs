@@ -85,10 +85,10 @@ pub fn note_bytes(bytes: usize) {
 
 /// Notes the floating-point operations (a multiply–add is two) of the engine kernel launched
 /// next on this thread, for [`Profiling`]'s roofline figures. Call it, like [`note_bytes`],
-/// right before the launch.
-pub fn note_flop(flop: usize) {
+/// right before the launch. In u64: a vision layer's attention is ~77 GFLOP, past wasm32's usize.
+pub fn note_flop(flop: u64) {
     let (b, f) = NEXT.get();
-    NEXT.set((b, f + flop as u64));
+    NEXT.set((b, f + flop));
 }
 
 /// The one observer, process-wide as CubeCL's slot is: each launch goes to the tally of the

@@ -171,7 +171,7 @@ impl DecodeAttentionOps for CubeBackend {
         let kv_heads = k.meta.shape().dims::<3>()[0];
         let mask_bytes = if has_mask { t * s * 4 } else { 0 };
         crate::launches::note_bytes(2 * heads * t * d * 4 + 2 * kv_heads * s * d * 4 + mask_bytes);
-        crate::launches::note_flop(4 * heads * t * s * d);
+        crate::launches::note_flop(4 * (heads * t) as u64 * (s * d) as u64);
         let client = q.client.clone();
         let out = empty_device_dtype(
             client.clone(),

@@ -196,7 +196,7 @@ impl AttentionOps for CubeBackend {
         // Noted after the copy above may have launched, so they go with this kernel's launch.
         crate::launches::note_bytes(2 * heads * t * d * 4 + 2 * kv_heads * s * d * 4 + mask_bytes);
         // q·k and p·v: a multiply-add each per head, query, key and dimension.
-        crate::launches::note_flop(4 * heads * t * s * d);
+        crate::launches::note_flop(4 * (heads * t) as u64 * (s * d) as u64);
         let cube_count =
             cubecl::CubeCount::Static(t.div_ceil(WORKGROUP as usize) as u32, heads as u32, 1);
         attention_kernel::launch(

@@ -231,7 +231,7 @@ fn launch_qmatmul(
     // The packed weights, x, and the outputs written.
     let w_bytes = |w: &CubeTensor| w.meta.shape().num_elements() * 4;
     crate::launches::note_bytes(w_bytes(&w) + w2.as_ref().map_or(0, w_bytes) + (m * k + m * n) * 4);
-    crate::launches::note_flop(2 * m * rows * k);
+    crate::launches::note_flop(2 * m as u64 * rows as u64 * k as u64);
     let client = x.client.clone();
     let wpr = row_words(ggml(p.ty), k) as u32;
     let wpr2 = row_words(ggml(p.ty2), k) as u32;
