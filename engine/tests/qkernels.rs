@@ -390,3 +390,42 @@ fn wgpu_attention_reads_kv_cache_views_as_contiguous_keys() {
         }
     }
 }
+
+/// The fused argmax against the host's on rows that cut its workgroups unevenly, with the
+/// largest value tied across lanes and workgroups (the first column wins), a row of equal
+/// values, a row of -∞ and the vocabulary's length.
+#[test]
+fn wgpu_fused_argmax_takes_the_first_largest_column_of_each_row() {
+    use burn::tensor::{Tensor, TensorData};
+    let dev = gpu();
+    for n in [1usize, 7, 256, 1000, 1025, 4097, 262_144, 262_147] {
+        let rows = 4;
+        // A fixed pseudo-random row (xorshift), then the ties and special rows.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
+        let mut x: Vec<f32> = (0..rows * n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+            })
+            .collect();
+        // Row 1: the largest value at three columns in different lanes and workgroups.
+        for &j in &[n - 1, n / 2, n / 3 + 1] {
+            x[n + j] = 9.0;
+        }
+        x[2 * n..3 * n].fill(0.5);
+        x[3 * n..].fill(f32::NEG_INFINITY);
+        let t = Tensor::<2>::from_data(TensorData::new(x.clone(), [rows, n]), &dev);
+        let got = pollster::block_on(rexvqa_engine::kernels::rows::argmax(t).into_data_async())
+            .unwrap()
+            .try_into_vec::<u32>()
+            .unwrap();
+        let want: Vec<u32> = x
+            .chunks(n)
+            .map(|r| rexvqa_engine::model::nn::argmax(r) as u32)
+            .collect();
+        assert_eq!(got, want, "n = {n}");
+        assert_eq!(want[2], 0, "a row of equal values gives its first column");
+    }
+}

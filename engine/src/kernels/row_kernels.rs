@@ -342,3 +342,112 @@ pub(super) fn gelu_halves_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, n: u32,
         out[i] = gelu_tanh(x[base]) * x[base + f];
     }
 }
+
+/// Whether candidate `(b, bi)` beats `(a, ai)` for an argmax that keeps the first index on
+/// ties; `none` marks an empty slot (an index past the row), which any real candidate beats.
+#[cube]
+fn argmax_beats(a: f32, ai: u32, b: f32, bi: u32, none: u32) -> bool {
+    let mut wins = false;
+    if bi != none {
+        wins = ai == none || b > a || (b == a && bi < ai);
+    }
+    wins
+}
+
+/// The column of the best `(value, column)` pair over the workgroup ([`argmax_beats`]),
+/// returned to every invocation: a tree in workgroup memory, as [`workgroup_sum`].
+#[cube]
+fn workgroup_argmax(best: f32, best_i: u32, none: u32) -> u32 {
+    let lane = UNIT_POS_X as usize;
+    let mut vals = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    let mut ids = Shared::<[u32]>::new_slice(ROW_THREADS as usize);
+    vals[lane] = best;
+    ids[lane] = best_i;
+    sync_cube();
+    let mut stride = (CUBE_DIM_X / 2) as usize;
+    while stride > 0 {
+        if lane < stride {
+            let (a, ai) = (vals[lane], ids[lane]);
+            let (b, bi) = (vals[lane + stride], ids[lane + stride]);
+            if argmax_beats(a, ai, b, bi, none) {
+                vals[lane] = b;
+                ids[lane] = bi;
+            }
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    ids[0]
+}
+
+/// First pass of the row argmax: workgroup `(g, r)` finds the largest value of row `r` of `x
+/// [rows, n]` among columns `g·chunk .. (g + 1)·chunk` and writes it with its column to slot
+/// `r·groups + g` of `vals`/`ids` (`n` when the range is empty). Many workgroups read the row
+/// in parallel: a 262,144-column vocabulary row is 1 MiB, which one workgroup reads at a small
+/// fraction of the memory bandwidth.
+#[cube(launch)]
+pub(super) fn argmax_partial_kernel(
+    x: &Tensor<f32>,
+    vals: &mut Tensor<f32>,
+    ids: &mut Tensor<u32>,
+    n: u32,
+    chunk: u32,
+) {
+    let (g, r) = (CUBE_POS_X as usize, CUBE_POS_Y as usize);
+    let lane = UNIT_POS_X as usize;
+    let n_us = n as usize;
+    let start = g * chunk as usize;
+    let end = min(start + chunk as usize, n_us);
+    let base = r * n_us;
+    let mut best = 0.0f32;
+    let mut best_i = n;
+    // Each lane's columns rise, so a strict `>` keeps its first of equal values.
+    let mut j = start + lane;
+    while j < end {
+        let v = x[base + j];
+        if best_i == n || v > best {
+            best = v;
+            best_i = j as u32;
+        }
+        j += CUBE_DIM_X as usize;
+    }
+    let won = workgroup_argmax(best, best_i, n);
+    if lane == 0 {
+        let slot = r * CUBE_COUNT_X as usize + g;
+        ids[slot] = won;
+        // The winner's value, read again rather than passed through workgroup memory.
+        if won != n {
+            vals[slot] = x[base + won as usize];
+        }
+    }
+}
+
+/// Second pass of the row argmax: workgroup `r` reduces row `r`'s `groups` partial results
+/// of [`argmax_partial_kernel`] to its column, written to `out[r]` (u32).
+#[cube(launch)]
+pub(super) fn argmax_final_kernel(
+    vals: &Tensor<f32>,
+    ids: &Tensor<u32>,
+    out: &mut Tensor<u32>,
+    n: u32,
+    groups: u32,
+) {
+    let r = CUBE_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let groups = groups as usize;
+    let mut best = 0.0f32;
+    let mut best_i = n;
+    let mut g = lane;
+    while g < groups {
+        let (v, i) = (vals[r * groups + g], ids[r * groups + g]);
+        if argmax_beats(best, best_i, v, i, n) {
+            best = v;
+            best_i = i;
+        }
+        g += CUBE_DIM_X as usize;
+    }
+    let won = workgroup_argmax(best, best_i, n);
+    if lane == 0 {
+        out[r] = won;
+    }
+}

@@ -13,15 +13,16 @@
 //! order of the reductions differs. The CPU keeps the composed path.
 
 use burn::backend::backend_extension;
-use burn::backend::tensor::FloatTensor;
+use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Dispatch, Flex};
-use burn::tensor::{DType, Tensor as BurnTensor};
+use burn::tensor::{DType, Int, Tensor as BurnTensor};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
 use super::row_kernels::{
-    ELEMENT_THREADS, ROW_THREADS, add_rms_norm_then_norm_kernel, gelu_halves_kernel, gelu_kernel,
-    layer_norm_kernel, qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel,
+    ELEMENT_THREADS, ROW_THREADS, add_rms_norm_then_norm_kernel, argmax_final_kernel,
+    argmax_partial_kernel, gelu_halves_kernel, gelu_kernel, layer_norm_kernel,
+    qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel,
 };
 use crate::kernels::forms::{self, Form};
 
@@ -91,6 +92,9 @@ pub trait RowOps: burn::backend::Backend {
 
     /// `x [.., 2f]` (gate then up) → `gelu_tanh(gate) · up` `[.., f]`.
     fn fused_gelu_halves(x: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// `x [rows, n]` → each row's column of its largest value (the first on ties), `[rows]` u32.
+    fn fused_argmax(x: FloatTensor<Self>) -> IntTensor<Self>;
 }
 
 const CPU_COMPOSES: &str = "the CPU composes burn ops (kernels::runs checks the device)";
@@ -157,6 +161,10 @@ impl RowOps for Flex {
     }
 
     fn fused_gelu_halves(_x: FloatTensor<Self>) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
+
+    fn fused_argmax(_x: FloatTensor<Self>) -> IntTensor<Self> {
         unreachable!("{CPU_COMPOSES}")
     }
 }
@@ -406,6 +414,54 @@ impl RowOps for CubeBackend {
         );
         out
     }
+    fn fused_argmax(x: CubeTensor) -> CubeTensor {
+        let x = into_contiguous(x);
+        let (rows, n) = rows_of(&x);
+        let groups = argmax_groups(n);
+        let chunk = n.div_ceil(groups);
+        let client = x.client.clone();
+        let part = |dtype| {
+            empty_device_dtype(
+                client.clone(),
+                x.device.clone(),
+                [rows * groups].into(),
+                dtype,
+            )
+        };
+        let (vals, ids) = (part(DType::F32), part(DType::U32));
+        let out = empty_device_dtype(client.clone(), x.device.clone(), [rows].into(), DType::U32);
+        crate::launches::note_bytes(rows * n * 4);
+        let dim = cubecl::CubeDim::new_1d(ROW_THREADS);
+        argmax_partial_kernel::launch(
+            &client,
+            cubecl::CubeCount::Static(groups as u32, rows as u32, 1),
+            dim,
+            x.clone().into_tensor_arg(),
+            vals.clone().into_tensor_arg(),
+            ids.clone().into_tensor_arg(),
+            n as u32,
+            chunk as u32,
+        );
+        argmax_final_kernel::launch(
+            &client,
+            cubecl::CubeCount::Static(1, rows as u32, 1),
+            dim,
+            vals.into_tensor_arg(),
+            ids.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            n as u32,
+            groups as u32,
+        );
+        out
+    }
+}
+
+/// Columns each workgroup of [`argmax_partial_kernel`] scans at least (four a lane).
+const ARGMAX_MIN_CHUNK: usize = 4 * ROW_THREADS as usize;
+
+/// Workgroups per row of the argmax's first pass, at most one for each lane of the second.
+fn argmax_groups(n: usize) -> usize {
+    n.div_ceil(ARGMAX_MIN_CHUNK).clamp(1, ROW_THREADS as usize)
 }
 
 /// Fused [`crate::model::nn::rms_norm`] (plus `residual` when given), over the last dimension.
@@ -535,4 +591,10 @@ pub fn gelu_halves<const D: usize>(x: BurnTensor<D>) -> BurnTensor<D> {
     let out =
         BurnTensor::<D>::from_dispatch(<Dispatch as RowOps>::fused_gelu_halves(x.into_dispatch()));
     forms::perturb(Form::FusedGelu, out)
+}
+
+/// Fused argmax of each row of `x [rows, n]`: `[rows]` u32 on the device, the first column
+/// on ties (as [`crate::model::nn::argmax`]).
+pub fn argmax(x: BurnTensor<2>) -> BurnTensor<1, Int> {
+    BurnTensor::<1, Int>::from_dispatch(<Dispatch as RowOps>::fused_argmax(x.into_dispatch()))
 }
