@@ -44,7 +44,7 @@ def main():
     d = a.dir
     machine = load(d, "machine") or {}
     names = ["synth", "selftest", "bench-kernels", "bench-wgpu", "llama-bench", "llama-mtmd", "calibrate",
-             "first-answer", "bench-one-submit", "bench-tile8"]
+             "first-answer", "bench-one-submit", "bench-tile8", "bench-gemv-teams"]
     steps = {n: load(d, n) for n in names}
     status = {}
     for n, s in steps.items():
@@ -141,6 +141,23 @@ def main():
             })
         return out
 
+    # Step 11: decoding with each team size of the matrix-vector kernel (REXVQA_GEMV_TEAM).
+    def team_run(run):
+        res = (run.get("result") or {}).get("results") or {}
+        token = next((ps for ps in (res.get("profile") or {}).get("passes") or [] if ps.get("pass") == "token"), {})
+        gemv = next((kt for kt in token.get("kernels") or [] if kt.get("kernel") == "QgemvKernel"), {})
+        return {
+            "team": run.get("team"),
+            "decode_tokens_per_s": res.get("decode_tokens_per_s"),
+            "token_gpu_ms": token.get("gpu_ms"),
+            "gemv_gpu_us": gemv.get("gpu_us"),
+            "gemv_gb_per_s": gemv.get("gb_per_s"),
+            "gemv_m1_ms": {f"{k['matrix']} {k['kernel']} {k['half']}": k["ms"] for k in res.get("kernels") or []
+                           if k.get("m") == 1 and k.get("kernel", "").startswith("gemv")},
+        }
+
+    teams = [team_run(r) for r in (result("bench-gemv-teams") or {}).get("runs") or []]
+
     cal = result("calibrate") or {}
     projections = cal.get("projections") or []
     first = steps.get("first-answer") or {}
@@ -173,6 +190,7 @@ def main():
         "first_answer_wall_s": first_s,
         "one_submission_per_token": one_submit,
         "tile_per_8": tile8,
+        "gemv_teams": teams,
         "profile": {"default": profile_summary(rr), "tile_per_8": profile_summary(t8),
                     "roofline": (rr.get("profile") or {}).get("roofline")},
     }

@@ -396,33 +396,44 @@ pub fn qgather_kernel<H: CubePrimitive>(
     }
 }
 
-/// Input rows a matrix–vector invocation carries (each decoded weight is used this many times).
+/// Input rows a matrix–vector invocation carries (each decoded weight is used this many times)
+/// when a product has more than one; decoding's single row gets a form of its own (the
+/// kernel's `rows_x`), without the other three sums' registers and branches.
 pub const GEMV_ROWS: usize = 4;
 
 /// Invocations per workgroup of [`qgemv_kernel`]; a power of two for the tree reduction.
 pub const GEMV_THREADS: u32 = 64;
 
-/// The workgroup's sum of each invocation's `acc[i]`, for `i < live` (the input rows this
-/// workgroup has, at most `GEMV_ROWS`; decoding has one, so the other three sums would be work
-/// for nothing), in `sums[slot · GEMV_ROWS · GEMV_THREADS + i · GEMV_THREADS]`: subgroup sums
-/// when `plane`, a shared-memory tree otherwise. Every invocation must call it (it passes
+/// Invocations that share one weight row in [`qgemv_kernel`] by default (a "team"; the
+/// workgroup's [`GEMV_THREADS`] hold `GEMV_THREADS / team` teams, each its own row). The kernel
+/// also takes 32 and 16: more chunks per invocation (a 2,560-weight K-quant row has 160
+/// chunks, 2.5 per invocation of 64), more rows per workgroup.
+pub const GEMV_TEAM: u32 = 64;
+
+/// The sum over each team of each invocation's `acc[i]`, for `i < live` (the input rows this
+/// workgroup has, at most `rows_x`), in `sums[slot · GEMV_ROWS · GEMV_THREADS + i ·
+/// GEMV_THREADS + team_start]`: subgroup sums when `plane` (teams of the whole workgroup only),
+/// a shared-memory tree over each team otherwise. Every invocation must call it (it passes
 /// barriers), with the same `live`.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 fn gemv_reduce(
     acc: &Array<f32>,
     sums: &mut Shared<[f32]>,
     slot: usize,
     live: usize,
+    #[comptime] rows_x: usize,
+    #[comptime] team: u32,
     #[comptime] plane: bool,
 ) {
     let lane = UNIT_POS as usize;
     let base = slot * GEMV_ROWS * GEMV_THREADS as usize;
-    if comptime!(plane) {
+    if comptime!(plane && team == GEMV_THREADS) {
         // One partial sum per subgroup, then the first invocation adds the subgroups'.
         let planes = GEMV_THREADS / PLANE_DIM;
         let p = (UNIT_POS / PLANE_DIM) as usize;
         #[unroll]
-        for i in 0..GEMV_ROWS {
+        for i in 0..rows_x {
             if i < live {
                 let s = plane_sum(acc[i]);
                 if UNIT_POS_PLANE == 0 {
@@ -433,7 +444,7 @@ fn gemv_reduce(
         sync_cube();
         if lane == 0 {
             #[unroll]
-            for i in 0..GEMV_ROWS {
+            for i in 0..rows_x {
                 if i < live {
                     let mut t = 0.0f32;
                     for q in 0..planes as usize {
@@ -446,7 +457,7 @@ fn gemv_reduce(
         sync_cube();
     } else {
         #[unroll]
-        for i in 0..GEMV_ROWS {
+        for i in 0..rows_x {
             if i < live {
                 sums[base + i * GEMV_THREADS as usize + lane] = acc[i];
             }
@@ -455,11 +466,12 @@ fn gemv_reduce(
         // From the runtime CUBE_DIM_X, not the constant: CubeCL folds a constant initialiser
         // into a comptime value, and mutating it in a runtime loop fails IR verification
         // ("expected operand type cube.ptr, but found cube.index").
-        let mut stride = (CUBE_DIM_X / 2) as usize;
+        let mut stride = (CUBE_DIM_X / (2 * (GEMV_THREADS / team))) as usize;
+        let within = lane % team as usize;
         while stride > 0 {
-            if lane < stride {
+            if within < stride {
                 #[unroll]
-                for i in 0..GEMV_ROWS {
+                for i in 0..rows_x {
                     if i < live {
                         let b = base + i * GEMV_THREADS as usize;
                         let v = sums[b + lane] + sums[b + lane + stride];
@@ -471,6 +483,30 @@ fn gemv_reduce(
             stride /= 2;
         }
     }
+}
+
+/// `v` summed over each aligned group of `team` invocations of a subgroup (a butterfly of
+/// subgroup shuffles, no workgroup memory or barrier), returned to each of them; `team` at most
+/// the subgroup's width.
+#[cube]
+fn team_sum(v: f32, #[comptime] team: u32) -> f32 {
+    let mut s = v;
+    if comptime!(team >= 32) {
+        s += plane_shuffle_xor(s, 16u32);
+    }
+    if comptime!(team >= 16) {
+        s += plane_shuffle_xor(s, 8u32);
+    }
+    if comptime!(team >= 8) {
+        s += plane_shuffle_xor(s, 4u32);
+    }
+    if comptime!(team >= 4) {
+        s += plane_shuffle_xor(s, 2u32);
+    }
+    if comptime!(team >= 2) {
+        s += plane_shuffle_xor(s, 1u32);
+    }
+    s
 }
 
 /// Weights one matrix–vector invocation decodes per step of a chunked type ([`gemv_chunked`]).
@@ -500,6 +536,7 @@ fn chunk_q4k<H: CubePrimitive>(
     m0: usize,
     m: usize,
     k: usize,
+    #[comptime] rows_x: usize,
     #[comptime] native: bool,
 ) {
     let base = row + (c / 16) * 36;
@@ -521,7 +558,7 @@ fn chunk_q4k<H: CubePrimitive>(
             let hi = d * sc_hi * f32::cast_from(byte >> 4u32) - dmin * m_hi;
             let j = j0 + (4 * h + b) as usize;
             #[unroll]
-            for r in 0..GEMV_ROWS {
+            for r in 0..rows_x {
                 if m0 + r < m {
                     let xb = (m0 + r) * k;
                     acc[r] += x[xb + j] * lo;
@@ -548,6 +585,7 @@ fn chunk_q6k<H: CubePrimitive>(
     m0: usize,
     m: usize,
     k: usize,
+    #[comptime] rows_x: usize,
     #[comptime] native: bool,
 ) {
     let base = row + (c / 16) * 53;
@@ -581,7 +619,7 @@ fn chunk_q6k<H: CubePrimitive>(
             let v = d * sc * (f32::cast_from(lo | (hi << 4u32)) - 32.0f32);
             let j = j0 + (quarter * 32 + b) as usize;
             #[unroll]
-            for r in 0..GEMV_ROWS {
+            for r in 0..rows_x {
                 if m0 + r < m {
                     acc[r] += x[(m0 + r) * k + j] * v;
                 }
@@ -591,9 +629,9 @@ fn chunk_q6k<H: CubePrimitive>(
 }
 
 /// Adds row `row` (at word `row`, type `ty`) times `x`'s rows `m0 ..` to `acc`, this invocation's
-/// share: chunks of [`GEMV_CHUNK`] weights for the [`gemv_chunked`] types, single weights
-/// otherwise, the workgroup's invocations side by side so that neighbours read neighbouring
-/// words.
+/// share as invocation `lane` of a team of `team`: chunks of [`GEMV_CHUNK`] weights for the
+/// [`gemv_chunked`] types, single weights otherwise, the team's invocations side by side so
+/// that neighbours read neighbouring words.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn gemv_row<H: CubePrimitive>(
@@ -605,37 +643,39 @@ fn gemv_row<H: CubePrimitive>(
     m0: usize,
     m: usize,
     k: usize,
+    lane: usize,
+    #[comptime] team: u32,
+    #[comptime] rows_x: usize,
     #[comptime] ty: u32,
     #[comptime] native: bool,
 ) {
-    let lane = UNIT_POS as usize;
     if comptime!(gemv_chunked(ty)) {
         let mut c = lane;
         while c < k / GEMV_CHUNK {
             if comptime!(ty == ty::Q4_K) {
-                chunk_q4k(x, w, wh, row, c, acc, m0, m, k, native);
+                chunk_q4k(x, w, wh, row, c, acc, m0, m, k, rows_x, native);
             } else {
-                chunk_q6k(x, w, wh, row, c, acc, m0, m, k, native);
+                chunk_q6k(x, w, wh, row, c, acc, m0, m, k, rows_x, native);
             }
-            c += GEMV_THREADS as usize;
+            c += team as usize;
         }
     } else {
         let mut j = lane;
         while j < k {
             let wv = dequant_one(w, wh, row, j, ty, native);
             #[unroll]
-            for r in 0..GEMV_ROWS {
+            for r in 0..rows_x {
                 if m0 + r < m {
                     acc[r] += x[(m0 + r) * k + j] * wv;
                 }
             }
-            j += GEMV_THREADS as usize;
+            j += team as usize;
         }
     }
 }
 
 /// [`gemv_row`] for row `r` of a product's matrix, stacked or not (see [`weight_at`]); the
-/// branch is uniform across the workgroup, which has one row.
+/// branch is uniform across the team, which has one row.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn gemv_matrix_row<H: CubePrimitive>(
@@ -652,6 +692,9 @@ fn gemv_matrix_row<H: CubePrimitive>(
     n1: usize,
     rw: usize,
     rw2: usize,
+    lane: usize,
+    #[comptime] team: u32,
+    #[comptime] rows_x: usize,
     #[comptime] ty: u32,
     #[comptime] ty2: u32,
     #[comptime] stacked: bool,
@@ -659,20 +702,63 @@ fn gemv_matrix_row<H: CubePrimitive>(
 ) {
     if comptime!(stacked) {
         if r < n1 {
-            gemv_row(x, w, wh, r * rw, acc, m0, m, k, ty, native);
+            gemv_row(
+                x,
+                w,
+                wh,
+                r * rw,
+                acc,
+                m0,
+                m,
+                k,
+                lane,
+                team,
+                rows_x,
+                ty,
+                native,
+            );
         } else {
-            gemv_row(x, w2, wh2, (r - n1) * rw2, acc, m0, m, k, ty2, native);
+            gemv_row(
+                x,
+                w2,
+                wh2,
+                (r - n1) * rw2,
+                acc,
+                m0,
+                m,
+                k,
+                lane,
+                team,
+                rows_x,
+                ty2,
+                native,
+            );
         }
     } else {
-        gemv_row(x, w, wh, r * rw, acc, m0, m, k, ty, native);
+        gemv_row(
+            x,
+            w,
+            wh,
+            r * rw,
+            acc,
+            m0,
+            m,
+            k,
+            lane,
+            team,
+            rows_x,
+            ty,
+            native,
+        );
     }
 }
 
-/// `out[m, r] = Σ_j x[m, j] · W[r, j]` for few input rows (decode): one workgroup per output
-/// column and group of [`GEMV_ROWS`] input rows, its invocations side by side along the row
-/// ([`gemv_row`]), then a workgroup reduction: subgroup sums when `plane` (the adapter has
-/// subgroups), a shared-memory tree otherwise. The matrix, `stacked` and `gelu` are as in
-/// [`qmatmul_kernel`] (with `gelu` a workgroup reduces its gate and up rows side by side).
+/// `out[m, r] = Σ_j x[m, j] · W[r, j]` for few input rows (decode): one team of `team`
+/// invocations per output column and group of `rows_x` input rows ([`GEMV_ROWS`], or 1 for a
+/// single row), side by side along the row ([`gemv_row`]), then a reduction over the team:
+/// subgroup shuffles when `shuffle` (a team within every subgroup the adapter makes), subgroup
+/// sums when `plane` and the team is the workgroup, a shared-memory tree otherwise. The matrix, `stacked` and `gelu` are as in
+/// [`qmatmul_kernel`] (with `gelu` a team reduces its gate and up rows side by side).
 ///
 /// The workgroup index is linear over a 2-D dispatch (`CUBE_POS`), since a vocabulary-sized
 /// matrix has more rows than one dispatch dimension allows (65535).
@@ -699,6 +785,9 @@ pub fn qgemv_kernel<H: CubePrimitive>(
     #[comptime] gelu: bool,
     #[comptime] plane: bool,
     #[comptime] native: bool,
+    #[comptime] rows_x: usize,
+    #[comptime] team: u32,
+    #[comptime] shuffle: bool,
     #[define(H)] _half: ElemType,
 ) {
     let n = n as usize;
@@ -707,59 +796,85 @@ pub fn qgemv_kernel<H: CubePrimitive>(
     let n1 = n1 as usize;
     let rw = row_words as usize;
     let rw2 = row_words2 as usize;
+    let teams = comptime!((GEMV_THREADS / team) as usize);
     // Slot 0 for the row's sums, slot 1 for the up row's with `gelu`.
     let mut sums = Shared::<[f32]>::new_slice(2 * GEMV_ROWS * GEMV_THREADS as usize);
     let cube = CUBE_POS;
-    let groups = m.div_ceil(GEMV_ROWS);
+    let groups = m.div_ceil(rows_x);
+    let row_groups = n.div_ceil(teams);
     // Uniform across the workgroup, so no invocation skips a barrier another one waits at.
-    if cube >= n * groups {
+    if cube >= row_groups * groups {
         terminate!();
     }
-    let r = cube % n;
-    let m0 = (cube / n) * GEMV_ROWS;
-    let lane = UNIT_POS as usize;
-    let mut acc = Array::<f32>::new(GEMV_ROWS);
-    let mut up = Array::<f32>::new(GEMV_ROWS);
+    let all = UNIT_POS as usize;
+    let lane = all % team as usize;
+    let r = (cube % row_groups) * teams + all / team as usize;
+    let m0 = (cube / row_groups) * rows_x;
+    let mut acc = Array::<f32>::new(rows_x);
+    let mut up = Array::<f32>::new(rows_x);
     #[unroll]
-    for i in 0..GEMV_ROWS {
+    for i in 0..rows_x {
         acc[i] = 0.0f32;
         up[i] = 0.0f32;
     }
-    gemv_matrix_row(
-        x, w, wh, w2, wh2, r, &mut acc, m0, m, k, n1, rw, rw2, ty, ty2, stacked, native,
-    );
-    if comptime!(gelu) {
+    // A team past the last row adds nothing but still passes the reduction's barriers.
+    if r < n {
         gemv_matrix_row(
-            x,
-            w,
-            wh,
-            w2,
-            wh2,
-            n + r,
-            &mut up,
-            m0,
-            m,
-            k,
-            n1,
-            rw,
-            rw2,
-            ty,
-            ty2,
-            stacked,
-            native,
+            x, w, wh, w2, wh2, r, &mut acc, m0, m, k, n1, rw, rw2, lane, team, rows_x, ty, ty2,
+            stacked, native,
         );
-    }
-    let live = min(m - m0, GEMV_ROWS);
-    gemv_reduce(&acc, &mut sums, 0, live, plane);
-    if comptime!(gelu) {
-        gemv_reduce(&up, &mut sums, 1, live, plane);
-    }
-    if lane < GEMV_ROWS && m0 + lane < m {
-        let mut v = sums[lane * GEMV_THREADS as usize];
         if comptime!(gelu) {
-            v = gelu_tanh(v) * sums[(GEMV_ROWS + lane) * GEMV_THREADS as usize];
+            gemv_matrix_row(
+                x,
+                w,
+                wh,
+                w2,
+                wh2,
+                n + r,
+                &mut up,
+                m0,
+                m,
+                k,
+                n1,
+                rw,
+                rw2,
+                lane,
+                team,
+                rows_x,
+                ty,
+                ty2,
+                stacked,
+                native,
+            );
         }
-        out[(m0 + lane) * ld as usize + col0 as usize + r] = v;
+    }
+    let live = min(m - m0, rows_x);
+    let col = col0 as usize + r;
+    if comptime!(shuffle) {
+        // The team is within one subgroup: shuffles sum it, every invocation gets the sums.
+        #[unroll]
+        for i in 0..rows_x {
+            let mut v = team_sum(acc[i], team);
+            if comptime!(gelu) {
+                v = gelu_tanh(v) * team_sum(up[i], team);
+            }
+            if lane == 0 && i < live && r < n {
+                out[(m0 + i) * ld as usize + col] = v;
+            }
+        }
+    } else {
+        gemv_reduce(&acc, &mut sums, 0, live, rows_x, team, plane);
+        if comptime!(gelu) {
+            gemv_reduce(&up, &mut sums, 1, live, rows_x, team, plane);
+        }
+        let first = all - lane;
+        if lane < rows_x && lane < live && r < n {
+            let mut v = sums[lane * GEMV_THREADS as usize + first];
+            if comptime!(gelu) {
+                v = gelu_tanh(v) * sums[(GEMV_ROWS + lane) * GEMV_THREADS as usize + first];
+            }
+            out[(m0 + lane) * ld as usize + col] = v;
+        }
     }
 }
 

@@ -9,8 +9,8 @@ use super::choice::{Half, Kernel, auto_kernel, f16_type, native_half_in_use, pla
 use super::ops::{QuantOps, ggml};
 use super::pack::row_words;
 use crate::kernels::quant::{
-    GEMV_ROWS, GEMV_THREADS, TILE, TILE_PER, qgather_kernel, qgemv_kernel, qmatmul_kernel,
-    qmatmul_tiled_kernel, ty,
+    GEMV_ROWS, GEMV_TEAM, GEMV_THREADS, TILE, TILE_PER, qgather_kernel, qgemv_kernel,
+    qmatmul_kernel, qmatmul_tiled_kernel, ty,
 };
 
 /// Launches a kernel specialised for the weight type (the type is a compile-time parameter).
@@ -270,7 +270,13 @@ fn launch_qmatmul(
     );
     match kernel {
         Kernel::Gemv | Kernel::GemvSubgroup => {
-            let cubes = n * m.div_ceil(GEMV_ROWS);
+            let subgroups = kernel == Kernel::GemvSubgroup;
+            let rows_x = if m == 1 { 1 } else { GEMV_ROWS };
+            let team = gemv_team();
+            let shuffle = subgroups
+                && team < GEMV_THREADS
+                && team <= client.properties().hardware.plane_size_min;
+            let cubes = n.div_ceil((GEMV_THREADS / team) as usize) * m.div_ceil(rows_x);
             let cube_dim = cubecl::CubeDim::new_1d(GEMV_THREADS);
             let cube_count = cubecl::calculate_cube_count_elemwise(
                 &client,
@@ -279,29 +285,8 @@ fn launch_qmatmul(
             );
             let (xa, wa, wha, w2a, wh2a, oa) = args();
             qgemv_kernel::launch(
-                &client,
-                cube_count,
-                cube_dim,
-                xa,
-                wa,
-                wha,
-                w2a,
-                wh2a,
-                oa,
-                m32,
-                k32,
-                n32,
-                n1,
-                wpr,
-                wpr2,
-                ld,
-                col0,
-                ty,
-                ty2,
-                stacked,
-                p.gelu,
-                kernel == Kernel::GemvSubgroup,
-                native,
+                &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1, wpr,
+                wpr2, ld, col0, ty, ty2, stacked, p.gelu, subgroups, native, rows_x, team, shuffle,
                 h_elem,
             );
         }
@@ -349,6 +334,25 @@ pub fn tile_per() -> u32 {
     }
     #[cfg(target_arch = "wasm32")]
     TILE_PER
+}
+
+/// Invocations per weight row of the matrix–vector kernel: [`GEMV_TEAM`], or natively
+/// `REXVQA_GEMV_TEAM` = 8, 16, 32 or 64 (read once), for timing the other forms on a GPU machine
+/// (`bench/device/run.sh`) before one becomes the default, and for testing them.
+pub fn gemv_team() -> u32 {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static TEAM: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        *TEAM.get_or_init(|| match std::env::var("REXVQA_GEMV_TEAM").as_deref() {
+            Ok("8") => 8,
+            Ok("16") => 16,
+            Ok("32") => 32,
+            Ok("64") => 64,
+            _ => GEMV_TEAM,
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    GEMV_TEAM
 }
 
 /// [`qgather_kernel`] into `out` (`[ids, k]`, contiguous, written in place).
