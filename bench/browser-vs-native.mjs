@@ -58,6 +58,8 @@ function figures(j) {
     official_questions_per_s: r.official_questions_per_s || null,
     decode_issue_ms_per_token: r.decode_issue_ms_per_token,
     host_us_per_dispatch: r.host_us_per_dispatch,
+    chain_us_per_dispatch: r.chain_us_per_dispatch,
+    chain_issue_us_per_dispatch: r.chain_issue_us_per_dispatch,
     peak_device_bytes: r.peak_device_bytes,
   };
   for (const [n, v] of r.prefill ?? []) f[`prefill_${n}_tokens_per_s`] = v;
@@ -74,7 +76,8 @@ const fb = b.map(figures), fn = n.map(figures);
 const keys = Object.keys(fn[0]);
 const med = (fs) => Object.fromEntries(keys.map((k) => [k, fs.every((f) => f[k] != null) ? median(fs.map((f) => f[k])) : null]));
 const mb = med(fb), mn = med(fn);
-const lowerIsBetter = new Set(['image_encode_ms', 'decode_issue_ms_per_token', 'host_us_per_dispatch', 'peak_device_bytes']);
+const lowerIsBetter = new Set(['image_encode_ms', 'decode_issue_ms_per_token', 'host_us_per_dispatch',
+  'chain_us_per_dispatch', 'chain_issue_us_per_dispatch', 'peak_device_bytes']);
 const ratios = {};
 for (const k of keys) {
   if (mb[k] == null || mn[k] == null || mb[k] === 0 || mn[k] === 0) continue;

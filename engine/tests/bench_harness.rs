@@ -105,8 +105,12 @@ fn every_figure_is_measured_with_the_mmproj() {
     // The CPU backend reports no device memory.
     assert_eq!(r.peak_device_bytes, None);
     assert_eq!(r.adapter, None, "the CPU has no adapter");
-    // Nor dispatches: nothing launches through CubeCL there.
+    // Nor dispatches: nothing launches through CubeCL there (nor its chain of them).
     assert_eq!((r.dispatches_per_token, r.counts.is_none()), (None, true));
+    assert_eq!(
+        (r.chain_us_per_dispatch, r.chain_issue_us_per_dispatch),
+        (None, None)
+    );
 }
 
 #[test]

@@ -27,7 +27,7 @@ test('browser-vs-native: both sides measured, ratios written', { timeout: 600_00
     assert.equal(r.browser_runs[0].compute_choice, 'webgpu');
     assert.match(r.native_runs[0].backend, /wgpu/i);
     for (const k of ['decode_tokens_per_s', 'decode_issue_ms_per_token', 'host_us_per_dispatch',
-      'prefill_32_tokens_per_s', 'prefill_first_32_tokens_per_s', 'peak_device_bytes']) {
+      'chain_us_per_dispatch', 'chain_issue_us_per_dispatch', 'prefill_32_tokens_per_s', 'prefill_first_32_tokens_per_s', 'peak_device_bytes']) {
       for (const side of ['browser', 'native']) {
         assert.ok(Number.isFinite(r[side][k]) && r[side][k] > 0, `${side} ${k}: ${r[side][k]}`);
       }

@@ -102,6 +102,18 @@ fn dispatch_rows(r: &serde_json::Value) -> Vec<(String, String)> {
             ),
         ),
         (
+            "dependent chain of tiny dispatches (µs each; issuing)".into(),
+            format!(
+                "{} ({})",
+                r["chain_us_per_dispatch"]
+                    .as_f64()
+                    .map_or("–".into(), |n| format!("{n:.1}")),
+                r["chain_issue_us_per_dispatch"]
+                    .as_f64()
+                    .map_or("–".into(), |n| format!("{n:.1}"))
+            ),
+        ),
+        (
             "GPU dispatches per fast question (batched)".into(),
             format!(
                 "{} ({})",

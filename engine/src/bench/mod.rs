@@ -53,6 +53,16 @@ pub struct BenchReport {
     /// [`Self::dispatches_per_token`]; GPU backends only).
     #[serde(default)]
     pub host_us_per_dispatch: Option<f64>,
+    /// Wall microseconds a dispatch costs in a dependent chain of [`CHAIN`] tiny launches (the
+    /// fused RMSNorm of one hidden-sized row, each reading the last one's output), issue to
+    /// finish: the floor under decoding's 286 launches a token, whoever sets it (the host, the
+    /// queue, the device's gaps between dispatches). GPU backends only.
+    #[serde(default)]
+    pub chain_us_per_dispatch: Option<f64>,
+    /// The host's share of [`Self::chain_us_per_dispatch`]: microseconds a dispatch took to
+    /// issue (natively with cubecl-wgpu's waits for the device in it).
+    #[serde(default)]
+    pub chain_issue_us_per_dispatch: Option<f64>,
     /// Host milliseconds spent issuing each prefill of [`Self::prefill`] (same lengths).
     #[serde(default)]
     pub prefill_issue_ms: Vec<(usize, f64)>,
@@ -282,6 +292,31 @@ impl Default for BenchOptions {
             profile: None,
         }
     }
+}
+
+/// Launches in [`dispatch_chain`]'s timed chain.
+pub const CHAIN: usize = 1024;
+
+/// Times [`CHAIN`] dependent launches of the fused RMSNorm on one hidden-sized row (after a
+/// warm-up that compiles it): microseconds a dispatch to issue, and issue to finish.
+async fn dispatch_chain(model: &Model, clock: &impl Clock) -> Result<(f64, f64), ModelError> {
+    use burn::tensor::Tensor;
+    let d = model.decoder.cfg.hidden;
+    let device = model.device();
+    let w = Tensor::<1>::ones([d], device);
+    let chain = |x: Tensor<2>, n: usize| {
+        (0..n).fold(x, |y, _| crate::kernels::rows::rms_norm(y, &w, None, 1e-6))
+    };
+    let warm = chain(Tensor::<2>::ones([1, d], device), 16);
+    sync(model).await?;
+    let t = clock.now_ms();
+    let out = chain(warm, CHAIN);
+    let issued = clock.now_ms();
+    sync(model).await?;
+    let done = clock.now_ms();
+    drop(out);
+    let us = |ms: f64| ms * 1000.0 / CHAIN as f64;
+    Ok((us(issued - t), us(done - t)))
 }
 
 async fn sync(model: &Model) -> Result<(), ModelError> {
@@ -645,6 +680,12 @@ pub async fn run(
     r.decode_wait_ms = done - issued;
     sample(model);
     drop(cache);
+
+    if crate::device::queues_work(model.device()) {
+        let (issue, wall) = dispatch_chain(model, clock).await?;
+        r.chain_issue_us_per_dispatch = Some(issue);
+        r.chain_us_per_dispatch = Some(wall);
+    }
 
     if let Some(roof) = opts
         .profile
