@@ -17,7 +17,7 @@ done
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' bench/device/summarize.py bench/device/tokenizer_gguf.py bench/device/summarize_browser.py
 
 plan=$(OUT=/nonexistent bench/device/run.sh --dry-run)
-for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer bench-one-submit bench-tile8 bench-gemv-teams; do
+for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer bench-one-submit bench-tile8 bench-variants; do
   grep -q -- "-$step " <<<"$plan" || fail "run.sh --dry-run lists no $step step"
 done
 grep -q 'selftest --backend wgpu --json' <<<"$plan" || fail "run.sh must call 'rexvqa selftest --backend wgpu --json'"
@@ -55,9 +55,8 @@ case "$1" in
     if [ "${REXVQA_TILE_PER:-}" = 8 ]; then
       echo '{"load_s": 1.5, "results": {"prefill": [[300, 2500.0], [1000, 3000.0]], "image_encode_ms": 40.0,
       "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 1.0}]}}'
-    elif [ -n "${REXVQA_GEMV_TEAM:-}" ]; then
-      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0]], "decode_tokens_per_s": '"$((REXVQA_GEMV_TEAM + 10))"',
-      "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "gemv_subgroup", "m": 1, "ms": 0.5}],
+    elif [ -n "${REXVQA_GEMV_TEAM:-}${REXVQA_DECODE_SPLIT:-}" ]; then
+      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0]], "decode_tokens_per_s": '"$((${REXVQA_GEMV_TEAM:-0} + 10))"',
       "profile": {"passes": [{"pass": "token", "gpu_ms": 9.0, "kernels": [{"kernel": "QgemvKernel", "gpu_us": 5000.0,
         "gb_per_s": 500.0}]}]}}}'
     elif [ -n "${CUBECL_WGPU_MAX_TASKS:-}" ]; then
@@ -114,7 +113,7 @@ d = Path(sys.argv[1])
 files = sorted(p.name for p in d.glob("*.json"))
 want = ["00-machine.json", "01-synth.json", "02-selftest.json", "03-bench-kernels.json", "04-bench-wgpu.json",
         "05-llama-bench.json", "06-llama-mtmd.json", "07-calibrate.json", "08-first-answer.json", "09-bench-one-submit.json",
-        "10-bench-tile8.json", "11-bench-gemv-teams.json", "99-summary.json"]
+        "10-bench-tile8.json", "11-bench-variants.json", "99-summary.json"]
 assert files == want, files
 for f in files:
     json.loads((d / f).read_text())
@@ -134,10 +133,11 @@ t8 = s["tile_per_8"]
 assert st["bench-tile8"].startswith("ok"), st
 assert t8["image_speedup"] == 1.25 and t8["prefill_speedup"] == {"300": 1.25, "1000": 2.0}, t8
 assert t8["tiled_m256_speedup"] == {"blk.0.ffn_down native": 2.0}, t8
-tm = s["gemv_teams"]
-assert st["bench-gemv-teams"].startswith("ok"), st
-assert [r["team"] for r in tm] == [64, 32, 16, 64] and [r["decode_tokens_per_s"] for r in tm] == [74, 42, 26, 74], tm
-assert tm[1]["gemv_gpu_us"] == 5000.0 and tm[1]["gemv_m1_ms"] == {"blk.0.ffn_down gemv_subgroup native": 0.5}, tm
+vr = s["variants"]
+assert st["bench-variants"].startswith("ok"), st
+assert [r["env"] for r in vr] == ["", "REXVQA_GEMV_TEAM=32", "REXVQA_DECODE_SPLIT=0", ""], vr
+assert [r["decode_tokens_per_s"] for r in vr] == [90.0, 42, 10, 90.0], vr
+assert vr[1]["token_kernels_us"] == {"QgemvKernel": 5000.0} and vr[1]["gpu_ms"] == {"token": 9.0}, vr
 pr = s["profile"]
 assert pr["roofline"]["gb_per_s"] == 3350.0 and pr["tile_per_8"] == [], pr
 assert pr["default"][0]["pass"] == "token" and pr["default"][0]["top"][0]["roofline_pct"] == 3.6, pr

@@ -429,13 +429,13 @@ if [ "$SCALE" = full ]; then
   MMPROJ=$SYN/mmproj-medgemma-4b-synthetic-F16.gguf
   PREFILL=300,1000 DECODE=${KIT_DECODE:-32} REPS=3 OFFICIAL=64 KREPS=5 KM=1,64,256 KSHAPE=(--rows 2048 --cols 2048) QUESTIONS=20
   STUDIES=8 MIN_SIZE=1024 MAX_SIZE=2048
-  B_SELF=60 B_KERN=60 B_BENCH=200 B_LB=90 B_MTMD=90 B_CAL=150 B_FIRST=60 B_ONE=90 B_TILE8=120 B_TEAMS=120
+  B_SELF=60 B_KERN=60 B_BENCH=200 B_LB=90 B_MTMD=90 B_CAL=150 B_FIRST=60 B_ONE=90 B_TILE8=120 B_VARIANTS=150
 else
   MODEL=$WORK/tiny/tiny-q8_0.gguf
   MMPROJ=$WORK/tiny/tiny-q8_0-mmproj.gguf
   PREFILL=64,256 DECODE=${KIT_DECODE:-16} REPS=2 OFFICIAL=8 KREPS=2 KM=1,64 KSHAPE=(--rows 512 --cols 1024) QUESTIONS=4
   STUDIES=3 MIN_SIZE=480 MAX_SIZE=800
-  B_SELF=300 B_KERN=300 B_BENCH=900 B_LB=600 B_MTMD=600 B_CAL=600 B_FIRST=300 B_ONE=600 B_TILE8=900 B_TEAMS=900
+  B_SELF=300 B_KERN=300 B_BENCH=900 B_LB=600 B_MTMD=600 B_CAL=600 B_FIRST=300 B_ONE=600 B_TILE8=900 B_VARIANTS=900
 fi
 # llama.cpp offloads every layer (-ngl 99); on lavapipe too, like the records of bench/README.md.
 NGL=99
@@ -548,30 +548,36 @@ run_step bench-one-submit "$B_ONE" stdout -- env CUBECL_WGPU_MAX_TASKS=512 "${LA
 run_step bench-tile8 "$B_TILE8" stdout -- env REXVQA_TILE_PER=8 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
   --mmproj "$MMPROJ" --backend wgpu --prefill "$PREFILL" --decode 8 --official-max-tokens 8 --kernel-rows 256 "${ROOF[@]}"
 
-# 11. Decoding with the matrix-vector kernel's other team sizes (REXVQA_GEMV_TEAM: invocations a
-# weight row; the default is 64, the workgroup): the text GGUF alone, its default first and last
-# (the spread of the two says how far one run can be trusted), the kernel profile in each.
+# 11. Kernel forms chosen by environment variables (KIT_VARIANTS: `;`-separated runs, each a
+# space-separated list of VAR=VALUE; by default the matrix-vector kernel's teams of 32 and decode
+# attention's single-workgroup form), each against the defaults run first and last (the spread
+# of those two says how far one run can be trusted): the pair, with the image prompt's context
+# for decoding, and the kernel profile of each.
+KIT_VARIANTS=${KIT_VARIANTS-REXVQA_GEMV_TEAM=32;REXVQA_DECODE_SPLIT=0}
 # A child bash runs it (timeout cannot run a function): the arrays go over as strings.
-gemv_teams() {
-  local team sep="" out
-  local -a launch roof
+bench_variants() {
+  local variant sep="" out
+  local -a launch roof vars runs
   read -r -a launch <<<"$LAUNCH_REX_STR"
   read -r -a roof <<<"$ROOF_STR"
+  IFS=';' read -r -a runs <<<"$KIT_VARIANTS"
+  runs=("" "${runs[@]}" "")
   printf '{"runs": ['
-  for team in 64 32 16 64; do
-    out=$(REXVQA_GEMV_TEAM=$team "${launch[@]}" "$REX" bench --model "$MODEL" --backend wgpu --prefill "${PREFILL%%,*}" \
-      --decode "$DECODE" --official-max-tokens 8 --kernel-rows 1 "${roof[@]}") || out=null
+  for variant in "${runs[@]}"; do
+    read -r -a vars <<<"$variant"
+    out=$(env "${vars[@]}" "${launch[@]}" "$REX" bench --model "$MODEL" --mmproj "$MMPROJ" --backend wgpu \
+      --prefill "${PREFILL%%,*}" --decode "$DECODE" --official-max-tokens 8 --kernel-rows "" "${roof[@]}") || out=null
     [ -n "$out" ] || out=null
-    printf '%s{"team": %s, "result": %s}' "$sep" "$team" "$out"
+    printf '%s{"env": "%s", "result": %s}' "$sep" "$variant" "$out"
     sep=", "
   done
   printf ']}\n'
 }
 if [ "$DRY_RUN" = 0 ]; then
-  export -f gemv_teams
-  export REX MODEL PREFILL DECODE LAUNCH_REX_STR="${LAUNCH_REX[*]}" ROOF_STR="${ROOF[*]}"
+  export -f bench_variants
+  export REX MODEL MMPROJ PREFILL DECODE KIT_VARIANTS LAUNCH_REX_STR="${LAUNCH_REX[*]}" ROOF_STR="${ROOF[*]}"
 fi
-run_step bench-gemv-teams "$B_TEAMS" stdout -- bash -c gemv_teams
+run_step bench-variants "$B_VARIANTS" stdout -- bash -c bench_variants
 
 if [ "$DRY_RUN" = 0 ]; then
   write_summary

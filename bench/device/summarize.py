@@ -44,7 +44,7 @@ def main():
     d = a.dir
     machine = load(d, "machine") or {}
     names = ["synth", "selftest", "bench-kernels", "bench-wgpu", "llama-bench", "llama-mtmd", "calibrate",
-             "first-answer", "bench-one-submit", "bench-tile8", "bench-gemv-teams"]
+             "first-answer", "bench-one-submit", "bench-tile8", "bench-variants"]
     steps = {n: load(d, n) for n in names}
     status = {}
     for n, s in steps.items():
@@ -141,22 +141,22 @@ def main():
             })
         return out
 
-    # Step 11: decoding with each team size of the matrix-vector kernel (REXVQA_GEMV_TEAM).
-    def team_run(run):
+    # Step 11: kernel forms chosen by environment variables, the defaults ("") first and last.
+    def variant_run(run):
         res = (run.get("result") or {}).get("results") or {}
-        token = next((ps for ps in (res.get("profile") or {}).get("passes") or [] if ps.get("pass") == "token"), {})
-        gemv = next((kt for kt in token.get("kernels") or [] if kt.get("kernel") == "QgemvKernel"), {})
+        passes = (res.get("profile") or {}).get("passes") or []
         return {
-            "team": run.get("team"),
+            "env": run.get("env"),
             "decode_tokens_per_s": res.get("decode_tokens_per_s"),
-            "token_gpu_ms": token.get("gpu_ms"),
-            "gemv_gpu_us": gemv.get("gpu_us"),
-            "gemv_gb_per_s": gemv.get("gb_per_s"),
-            "gemv_m1_ms": {f"{k['matrix']} {k['kernel']} {k['half']}": k["ms"] for k in res.get("kernels") or []
-                           if k.get("m") == 1 and k.get("kernel", "").startswith("gemv")},
+            "prefill": res.get("prefill"),
+            "image_encode_ms": res.get("image_encode_ms"),
+            "chain_us_per_dispatch": res.get("chain_us_per_dispatch"),
+            "gpu_ms": {ps.get("pass"): ps.get("gpu_ms") for ps in passes},
+            "token_kernels_us": {kt.get("kernel"): kt.get("gpu_us")
+                                 for ps in passes if ps.get("pass") == "token" for kt in ps.get("kernels") or []},
         }
 
-    teams = [team_run(r) for r in (result("bench-gemv-teams") or {}).get("runs") or []]
+    variants = [variant_run(r) for r in (result("bench-variants") or {}).get("runs") or []]
 
     cal = result("calibrate") or {}
     projections = cal.get("projections") or []
@@ -190,7 +190,7 @@ def main():
         "first_answer_wall_s": first_s,
         "one_submission_per_token": one_submit,
         "tile_per_8": tile8,
-        "gemv_teams": teams,
+        "variants": variants,
         "profile": {"default": profile_summary(rr), "tile_per_8": profile_summary(t8),
                     "roofline": (rr.get("profile") or {}).get("roofline")},
     }

@@ -1,5 +1,7 @@
-//! Attention for a few query rows at head widths up to 256 (Gemma 3's decoder decoding), one
-//! dispatch: one workgroup per query row and head.
+//! Attention for a few query rows at head widths up to 256 (Gemma 3's decoder decoding). By
+//! default split over the keys ("flash decoding", two dispatches: many workgroups a head, then
+//! one joining their parts; see [`decode_attention_split_kernel`]); the single form below, one
+//! workgroup per query row and head, remains for `REXVQA_DECODE_SPLIT=0` ([`split_form`]).
 //!
 //! Why: [`super::fused_attention`] keeps a query row and its accumulator in one invocation's
 //! registers, which caps the head width at 128, so MedGemma 4B's decoder (256) took the blocked path:
@@ -120,6 +122,201 @@ fn decode_attention_kernel(
     }
 }
 
+/// Keys a workgroup of [`decode_attention_split_kernel`] scores at a time, [`KEY_LANES`]
+/// invocations a key.
+const STEP_KEYS: usize = 32;
+/// Invocations that share one key's dot product in [`decode_attention_split_kernel`], each
+/// over every eighth channel.
+const KEY_LANES: usize = ROW_THREADS as usize / STEP_KEYS;
+/// Loads an invocation issues before it uses the first (channels of a dot product, keys of a
+/// weighted sum of values): a loop that waited for each load in turn paid the memory latency
+/// once per channel.
+const UNROLL: usize = 8;
+/// Most splits of a query row's keys: beyond, each split takes more keys.
+pub const MAX_SPLITS: usize = 64;
+
+/// Keys per split and splits for `s` keys: splits of whole [`STEP_KEYS`] steps, at most
+/// [`MAX_SPLITS`] of them.
+pub fn splits_for(s: usize) -> (usize, usize) {
+    let steps = s.div_ceil(STEP_KEYS).max(1);
+    let per = STEP_KEYS * steps.div_ceil(MAX_SPLITS);
+    (per, s.div_ceil(per).max(1))
+}
+
+/// First pass of split decode attention ("flash decoding"): workgroup `(split, h·t + i)`
+/// attends query row `i` of head `h` over its split's keys `split·per_split ..` only, keeping
+/// the split's unnormalised weighted values in `o_part [h·t + i, split, d]` and its running
+/// maximum and weight sum in `ml_part [h·t + i, split, 2]`; [`decode_attention_combine_kernel`]
+/// joins the splits. Many workgroups a head instead of one: a single workgroup per head left
+/// most of a GPU idle and took ~40 µs a layer on an H200 (2026-11-27). Within a step of
+/// [`STEP_KEYS`] keys, [`KEY_LANES`] invocations share a key's dot product, then each
+/// invocation owns one output channel and accumulates the step's weighted values.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn decode_attention_split_kernel(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    mask: &Tensor<f32>,
+    o_part: &mut Tensor<f32>,
+    ml_part: &mut Tensor<f32>,
+    t: u32,
+    s: u32,
+    d: u32,
+    kv_stride: u32,
+    groups: u32,
+    scale: f32,
+    per_split: u32,
+    #[comptime] has_mask: bool,
+) {
+    let split = CUBE_POS_X as usize;
+    let row = CUBE_POS_Y as usize;
+    let splits = CUBE_COUNT_X as usize;
+    let lane = UNIT_POS_X as usize;
+    let (t, s, d) = (t as usize, s as usize, d as usize);
+    let h = row / t;
+    let i = row % t;
+    let key = lane / KEY_LANES;
+    let part = lane % KEY_LANES;
+    let kv_base = (h / groups as usize) * kv_stride as usize;
+    let mut qs = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    let mut parts = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    let mut scores = Shared::<[f32]>::new_slice(STEP_KEYS);
+    if lane < d {
+        qs[lane] = q[row * d + lane];
+    }
+    sync_cube();
+    let start = split * per_split as usize;
+    let end = min(start + per_split as usize, s);
+    let mut m = f32::new(SKIP);
+    let mut l = 0.0f32;
+    let mut acc = 0.0f32;
+    let mut j0 = start;
+    while j0 < end {
+        let j = j0 + key;
+        let mut dot = 0.0f32;
+        if j < end {
+            let krow = kv_base + j * d;
+            let mut c = part;
+            while c < d {
+                #[unroll]
+                for u in 0..UNROLL {
+                    let cc = c + u * KEY_LANES;
+                    if cc < d {
+                        dot += qs[cc] * k[krow + cc];
+                    }
+                }
+                c += UNROLL * KEY_LANES;
+            }
+        }
+        parts[lane] = dot;
+        sync_cube();
+        if part == 0 {
+            let mut score = f32::new(SKIP);
+            if j < end {
+                let mut total = 0.0f32;
+                for p in 0..KEY_LANES {
+                    total += parts[key * KEY_LANES + p];
+                }
+                score = total * scale;
+                if comptime!(has_mask) {
+                    let mv = mask[i * s + j];
+                    score += mv;
+                    if mv <= MASKED {
+                        score = f32::new(SKIP);
+                    }
+                }
+            }
+            scores[key] = score;
+        }
+        sync_cube();
+        let n = min(STEP_KEYS, end - j0);
+        let mut mx = m;
+        for kk in 0..n {
+            mx = max(mx, scores[kk]);
+        }
+        let corr = (m - mx).exp();
+        let mut sum = 0.0f32;
+        let mut a = acc * corr;
+        let mut kk = 0usize;
+        while kk < n {
+            #[unroll]
+            for u in 0..UNROLL {
+                let k2 = kk + u;
+                if k2 < n {
+                    let score = scores[k2];
+                    if score > MASKED {
+                        let p = (score - mx).exp();
+                        sum += p;
+                        if lane < d {
+                            a += p * v[kv_base + (j0 + k2) * d + lane];
+                        }
+                    }
+                }
+            }
+            kk += UNROLL;
+        }
+        acc = a;
+        l = l * corr + sum;
+        m = mx;
+        // Every invocation has read this step's partial dots and scores before the next step
+        // overwrites them.
+        sync_cube();
+        j0 += STEP_KEYS;
+    }
+    let slot = row * splits + split;
+    if lane < d {
+        o_part[slot * d + lane] = acc;
+    }
+    if lane == 0 {
+        ml_part[slot * 2] = m;
+        ml_part[slot * 2 + 1] = l;
+    }
+}
+
+/// Second pass of split decode attention: workgroup `(0, h·t + i)` joins the row's splits of
+/// [`decode_attention_split_kernel`], each rescaled to the largest maximum, into
+/// `out[h, i]`, one invocation a channel.
+#[cube(launch)]
+fn decode_attention_combine_kernel(
+    o_part: &Tensor<f32>,
+    ml_part: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    d: u32,
+    splits: u32,
+) {
+    let row = CUBE_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let (d, splits) = (d as usize, splits as usize);
+    let base = row * splits;
+    let mut mx = f32::new(SKIP);
+    for sp in 0..splits {
+        mx = max(mx, ml_part[(base + sp) * 2]);
+    }
+    let mut l = 0.0f32;
+    let mut acc = 0.0f32;
+    let mut sp = 0usize;
+    while sp < splits {
+        #[unroll]
+        for u in 0..UNROLL {
+            let s2 = sp + u;
+            if s2 < splits {
+                let mi = ml_part[(base + s2) * 2];
+                // A split whose keys were all masked has weight sum 0 and adds nothing.
+                let w = (mi - mx).exp();
+                l += w * ml_part[(base + s2) * 2 + 1];
+                if lane < d {
+                    acc += w * o_part[(base + s2) * d + lane];
+                }
+            }
+        }
+        sp += UNROLL;
+    }
+    if lane < d {
+        out[row * d + lane] = acc / l;
+    }
+}
+
 /// Decode attention as one kernel (GPU backends only; see [`super::attention::Kernel::supports`]).
 #[backend_extension(Cube, Flex)]
 pub trait DecodeAttentionOps: burn::backend::Backend {
@@ -179,6 +376,43 @@ impl DecodeAttentionOps for CubeBackend {
             [heads, t, d].into(),
             DType::F32,
         );
+        if split_form() {
+            let (per, splits) = splits_for(s);
+            let part = |shape: [usize; 3]| {
+                empty_device_dtype(client.clone(), out.device.clone(), shape.into(), DType::F32)
+            };
+            let (o_part, ml_part) = (part([heads * t, splits, d]), part([heads * t, splits, 2]));
+            decode_attention_split_kernel::launch(
+                &client,
+                cubecl::CubeCount::Static(splits as u32, (heads * t) as u32, 1),
+                cubecl::CubeDim::new_1d(ROW_THREADS),
+                q.into_tensor_arg(),
+                k.into_tensor_arg(),
+                v.into_tensor_arg(),
+                mask.into_tensor_arg(),
+                o_part.clone().into_tensor_arg(),
+                ml_part.clone().into_tensor_arg(),
+                t as u32,
+                s as u32,
+                d as u32,
+                kv_stride as u32,
+                groups as u32,
+                scale,
+                per as u32,
+                has_mask,
+            );
+            decode_attention_combine_kernel::launch(
+                &client,
+                cubecl::CubeCount::Static(1, (heads * t) as u32, 1),
+                cubecl::CubeDim::new_1d(ROW_THREADS),
+                o_part.into_tensor_arg(),
+                ml_part.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                d as u32,
+                splits as u32,
+            );
+            return out;
+        }
         decode_attention_kernel::launch(
             &client,
             cubecl::CubeCount::Static(t as u32, heads as u32, 1),
@@ -198,4 +432,17 @@ impl DecodeAttentionOps for CubeBackend {
         );
         out
     }
+}
+
+/// Whether decode attention runs split over many workgroups (two dispatches) rather than as one
+/// workgroup a head (one): split by default; natively `REXVQA_DECODE_SPLIT=0` (read once) times
+/// and tests the single form.
+pub fn split_form() -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *SPLIT.get_or_init(|| std::env::var("REXVQA_DECODE_SPLIT").as_deref() != Ok("0"))
+    }
+    #[cfg(target_arch = "wasm32")]
+    true
 }

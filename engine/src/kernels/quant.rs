@@ -519,6 +519,18 @@ pub const fn gemv_chunked(ty: u32) -> bool {
     ty == ty::Q4_K || ty == ty::Q6_K
 }
 
+/// Whether input row `m0 + r` exists: always for a single-row form (the workgroup check
+/// before guarantees it), so its inner loops are straight-line code the driver can schedule
+/// loads across.
+#[cube]
+fn row_live(m0: usize, r: usize, m: usize, #[comptime] rows_x: usize) -> bool {
+    let mut live = true;
+    if comptime!(rows_x > 1) {
+        live = m0 + r < m;
+    }
+    live
+}
+
 /// Adds weights `16c .. 16c + 16` of the Q4_K row at word `row`, times `x`'s rows `m0 ..`, to
 /// `acc`. Chunk `i` of a block (16 a block) reads two neighbouring words of `qs` (so a block's
 /// 16 invocations read its 32 words side by side): their low nibbles are weights `8·(i%4) ..`
@@ -559,7 +571,7 @@ fn chunk_q4k<H: CubePrimitive>(
             let j = j0 + (4 * h + b) as usize;
             #[unroll]
             for r in 0..rows_x {
-                if m0 + r < m {
+                if row_live(m0, r, m, rows_x) {
                     let xb = (m0 + r) * k;
                     acc[r] += x[xb + j] * lo;
                     acc[r] += x[xb + j + 32] * hi;
@@ -620,11 +632,35 @@ fn chunk_q6k<H: CubePrimitive>(
             let j = j0 + (quarter * 32 + b) as usize;
             #[unroll]
             for r in 0..rows_x {
-                if m0 + r < m {
+                if row_live(m0, r, m, rows_x) {
                     acc[r] += x[(m0 + r) * k + j] * v;
                 }
             }
         }
+    }
+}
+
+/// Chunk `c` of a [`gemv_chunked`] row: [`chunk_q4k`] or [`chunk_q6k`].
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn gemv_chunk<H: CubePrimitive>(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    row: usize,
+    c: usize,
+    acc: &mut Array<f32>,
+    m0: usize,
+    m: usize,
+    k: usize,
+    #[comptime] rows_x: usize,
+    #[comptime] ty: u32,
+    #[comptime] native: bool,
+) {
+    if comptime!(ty == ty::Q4_K) {
+        chunk_q4k(x, w, wh, row, c, acc, m0, m, k, rows_x, native);
+    } else {
+        chunk_q6k(x, w, wh, row, c, acc, m0, m, k, rows_x, native);
     }
 }
 
@@ -646,17 +682,37 @@ fn gemv_row<H: CubePrimitive>(
     lane: usize,
     #[comptime] team: u32,
     #[comptime] rows_x: usize,
+    #[comptime] unroll: u32,
     #[comptime] ty: u32,
     #[comptime] native: bool,
 ) {
     if comptime!(gemv_chunked(ty)) {
+        let chunks = k / GEMV_CHUNK;
         let mut c = lane;
-        while c < k / GEMV_CHUNK {
-            if comptime!(ty == ty::Q4_K) {
-                chunk_q4k(x, w, wh, row, c, acc, m0, m, k, rows_x, native);
-            } else {
-                chunk_q6k(x, w, wh, row, c, acc, m0, m, k, rows_x, native);
+        // Two chunks a step with `unroll` 2: both chunks' loads in one stretch of code, in the
+        // order of the one-chunk loop (so the same sums).
+        if comptime!(unroll == 2) {
+            while c + (team as usize) < chunks {
+                gemv_chunk(x, w, wh, row, c, acc, m0, m, k, rows_x, ty, native);
+                gemv_chunk(
+                    x,
+                    w,
+                    wh,
+                    row,
+                    c + team as usize,
+                    acc,
+                    m0,
+                    m,
+                    k,
+                    rows_x,
+                    ty,
+                    native,
+                );
+                c += 2 * team as usize;
             }
+        }
+        while c < chunks {
+            gemv_chunk(x, w, wh, row, c, acc, m0, m, k, rows_x, ty, native);
             c += team as usize;
         }
     } else {
@@ -665,7 +721,7 @@ fn gemv_row<H: CubePrimitive>(
             let wv = dequant_one(w, wh, row, j, ty, native);
             #[unroll]
             for r in 0..rows_x {
-                if m0 + r < m {
+                if row_live(m0, r, m, rows_x) {
                     acc[r] += x[(m0 + r) * k + j] * wv;
                 }
             }
@@ -695,6 +751,7 @@ fn gemv_matrix_row<H: CubePrimitive>(
     lane: usize,
     #[comptime] team: u32,
     #[comptime] rows_x: usize,
+    #[comptime] unroll: u32,
     #[comptime] ty: u32,
     #[comptime] ty2: u32,
     #[comptime] stacked: bool,
@@ -714,6 +771,7 @@ fn gemv_matrix_row<H: CubePrimitive>(
                 lane,
                 team,
                 rows_x,
+                unroll,
                 ty,
                 native,
             );
@@ -730,6 +788,7 @@ fn gemv_matrix_row<H: CubePrimitive>(
                 lane,
                 team,
                 rows_x,
+                unroll,
                 ty2,
                 native,
             );
@@ -747,6 +806,7 @@ fn gemv_matrix_row<H: CubePrimitive>(
             lane,
             team,
             rows_x,
+            unroll,
             ty,
             native,
         );
@@ -788,6 +848,7 @@ pub fn qgemv_kernel<H: CubePrimitive>(
     #[comptime] rows_x: usize,
     #[comptime] team: u32,
     #[comptime] shuffle: bool,
+    #[comptime] unroll: u32,
     #[define(H)] _half: ElemType,
 ) {
     let n = n as usize;
@@ -820,8 +881,8 @@ pub fn qgemv_kernel<H: CubePrimitive>(
     // A team past the last row adds nothing but still passes the reduction's barriers.
     if r < n {
         gemv_matrix_row(
-            x, w, wh, w2, wh2, r, &mut acc, m0, m, k, n1, rw, rw2, lane, team, rows_x, ty, ty2,
-            stacked, native,
+            x, w, wh, w2, wh2, r, &mut acc, m0, m, k, n1, rw, rw2, lane, team, rows_x, unroll, ty,
+            ty2, stacked, native,
         );
         if comptime!(gelu) {
             gemv_matrix_row(
@@ -841,6 +902,7 @@ pub fn qgemv_kernel<H: CubePrimitive>(
                 lane,
                 team,
                 rows_x,
+                unroll,
                 ty,
                 ty2,
                 stacked,

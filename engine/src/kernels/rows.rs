@@ -21,7 +21,7 @@ use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::em
 
 use super::row_kernels::{
     ELEMENT_THREADS, ROW_THREADS, add_rms_norm_then_norm_kernel, argmax_final_kernel,
-    argmax_partial_kernel, gelu_halves_kernel, gelu_kernel, layer_norm_kernel,
+    argmax_partial_kernel, gelu_halves_kernel, gelu_kernel, layer_norm_kernel, per_lane,
     qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel,
 };
 use crate::kernels::forms::{self, Form};
@@ -236,6 +236,7 @@ impl RowOps for CubeBackend {
             d as u32,
             eps,
             has_residual,
+            per_lane(d),
         );
         out
     }
@@ -267,6 +268,7 @@ impl RowOps for CubeBackend {
             rows as u32,
             d as u32,
             eps,
+            per_lane(d),
         );
         (h, hn)
     }

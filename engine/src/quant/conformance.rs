@@ -446,6 +446,9 @@ pub fn cases() -> Vec<(GgmlType, usize, usize, usize)> {
         v.push((ty, 5, 31, 768));
         v.push((ty, 9, 3, k_small));
         v.push((ty, 70, 67, k_small));
+        // MedGemma's hidden width: a matrix-vector invocation takes several steps along a row
+        // (2.5 chunks of a K-quant row for each of 64; two chunks a step with the unrolled form).
+        v.push((ty, 1, 5, 2560));
         if bs == 1 {
             v.push((ty, 66, 5, 75));
         }

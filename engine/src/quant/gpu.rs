@@ -285,8 +285,33 @@ fn launch_qmatmul(
             );
             let (xa, wa, wha, w2a, wh2a, oa) = args();
             qgemv_kernel::launch(
-                &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1, wpr,
-                wpr2, ld, col0, ty, ty2, stacked, p.gelu, subgroups, native, rows_x, team, shuffle,
+                &client,
+                cube_count,
+                cube_dim,
+                xa,
+                wa,
+                wha,
+                w2a,
+                wh2a,
+                oa,
+                m32,
+                k32,
+                n32,
+                n1,
+                wpr,
+                wpr2,
+                ld,
+                col0,
+                ty,
+                ty2,
+                stacked,
+                p.gelu,
+                subgroups,
+                native,
+                rows_x,
+                team,
+                shuffle,
+                gemv_unroll(),
                 h_elem,
             );
         }
@@ -353,6 +378,21 @@ pub fn gemv_team() -> u32 {
     }
     #[cfg(target_arch = "wasm32")]
     GEMV_TEAM
+}
+
+/// Chunks of a K-quant row each invocation of the matrix–vector kernel decodes a step: 1, or
+/// natively `REXVQA_GEMV_UNROLL=2` (read once), for timing and testing the other form.
+pub fn gemv_unroll() -> u32 {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static UNROLL: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        *UNROLL.get_or_init(|| match std::env::var("REXVQA_GEMV_UNROLL").as_deref() {
+            Ok("2") => 2,
+            _ => 1,
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    1
 }
 
 /// [`qgather_kernel`] into `out` (`[ids, k]`, contiguous, written in place).

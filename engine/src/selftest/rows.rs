@@ -82,9 +82,13 @@ pub type Shape = (usize, usize, usize);
 
 /// Conformance cases: MedGemma 4B's widths (hidden 2560, q heads 8 × 256, SigLIP 1152, FFN
 /// 10240), odd widths that leave invocations idle or loop more than once, one element per row,
-/// and more rows than one dispatch dimension holds (the 2-D grid).
-pub const CASES: [(Op, Shape); 21] = [
+/// more rows than one dispatch dimension holds (the 2-D grid), and rows past the RMSNorms'
+/// register form (4,096 wide: their streaming form).
+pub const CASES: [(Op, Shape); 24] = [
     (Op::RmsNorm, (3, 1, 2560)),
+    (Op::RmsNorm, (2, 1, 5000)),
+    (Op::AddRmsNorm, (2, 1, 4097)),
+    (Op::AddRmsNormThenNorm, (2, 1, 6000)),
     (Op::RmsNorm, (5, 7, 97)),
     (Op::RmsNorm, (70_000, 1, 3)),
     (Op::RmsNorm, (2, 1, 1)),
