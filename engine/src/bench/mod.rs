@@ -36,7 +36,8 @@ pub struct BenchReport {
     /// first length, equal to the steady figure at later ones).
     #[serde(default)]
     pub prefill_first: Vec<(usize, f64)>,
-    /// Decoding throughput (tokens per second, one token per step with the KV cache).
+    /// Decoding throughput (tokens per second, one token per step with the KV cache), after
+    /// [`DECODE_WARMUP`] tokens that pay for the decode kernels' first use.
     pub decode_tokens_per_s: f64,
     /// Host milliseconds spent issuing one decoded token: encoding its launches and uploads.
     /// In the browser there is no wait for the device in it, and where it approaches the token's
@@ -293,6 +294,9 @@ impl Default for BenchOptions {
         }
     }
 }
+
+/// Tokens decoded before decoding is timed (see [`run`]).
+pub const DECODE_WARMUP: usize = 2;
 
 /// Launches in [`dispatch_chain`]'s timed chain.
 pub const CHAIN: usize = 1024;
@@ -664,6 +668,15 @@ pub async fn run(
     };
     // Greedy decoding as `Session::generate` does it: the next id stays on the device.
     let mut pending = model.decoder.greedy(prompt);
+    // Two tokens first: the prompt's pass used the prefill kernels, so the decode kernels'
+    // pipelines (the matrix-vector forms, decode attention) are created and compiled at their
+    // first launch, which timed decoding paid for (an H200's driver compiling them put 7.5 ms
+    // of device time a token at 27-71 tok/s from run to run, 2026-11-27).
+    for _ in 0..DECODE_WARMUP {
+        pending = model
+            .decoder
+            .greedy(model.decoder.forward_token(pending, &mut cache));
+    }
     // The prompt's work is finished first, so the wait below is the decoded tokens' alone.
     sync(model).await?;
     let t = clock.now_ms();
