@@ -55,8 +55,8 @@ case "$1" in
     if [ "${REXVQA_TILE_PER:-}" = 8 ]; then
       echo '{"load_s": 1.5, "results": {"prefill": [[300, 2500.0], [1000, 3000.0]], "image_encode_ms": 40.0,
       "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 1.0}]}}'
-    elif [ -n "${REXVQA_GEMV_TEAM:-}${REXVQA_DECODE_SPLIT:-}" ]; then
-      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0]], "decode_tokens_per_s": '"$((${REXVQA_GEMV_TEAM:-0} + 10))"',
+    elif [ -n "${REXVQA_GEMV_UNROLL:-}${REXVQA_DECODE_SPLIT:-}" ]; then
+      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0]], "decode_tokens_per_s": '"$((${REXVQA_GEMV_UNROLL:-0} * 16 + 10))"',
       "profile": {"passes": [{"pass": "token", "gpu_ms": 9.0, "kernels": [{"kernel": "QgemvKernel", "gpu_us": 5000.0,
         "gb_per_s": 500.0}]}]}}}'
     elif [ -n "${CUBECL_WGPU_MAX_TASKS:-}" ]; then
@@ -135,8 +135,8 @@ assert t8["image_speedup"] == 1.25 and t8["prefill_speedup"] == {"300": 1.25, "1
 assert t8["tiled_m256_speedup"] == {"blk.0.ffn_down native": 2.0}, t8
 vr = s["variants"]
 assert st["bench-variants"].startswith("ok"), st
-assert [r["env"] for r in vr] == ["", "REXVQA_GEMV_TEAM=32", "REXVQA_DECODE_SPLIT=0", ""], vr
-assert [r["decode_tokens_per_s"] for r in vr] == [90.0, 42, 10, 90.0], vr
+assert [r["env"] for r in vr] == ["", "REXVQA_DECODE_SPLIT=1", "REXVQA_GEMV_UNROLL=2", ""], vr
+assert [r["decode_tokens_per_s"] for r in vr] == [90.0, 10, 42, 90.0], vr
 assert vr[1]["token_kernels_us"] == {"QgemvKernel": 5000.0} and vr[1]["gpu_ms"] == {"token": 9.0}, vr
 pr = s["profile"]
 assert pr["roofline"]["gb_per_s"] == 3350.0 and pr["tile_per_8"] == [], pr

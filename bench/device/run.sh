@@ -549,11 +549,11 @@ run_step bench-tile8 "$B_TILE8" stdout -- env REXVQA_TILE_PER=8 "${LAUNCH_REX[@]
   --mmproj "$MMPROJ" --backend wgpu --prefill "$PREFILL" --decode 8 --official-max-tokens 8 --kernel-rows 256 "${ROOF[@]}"
 
 # 11. Kernel forms chosen by environment variables (KIT_VARIANTS: `;`-separated runs, each a
-# space-separated list of VAR=VALUE; by default the matrix-vector kernel's teams of 32 and decode
-# attention's single-workgroup form), each against the defaults run first and last (the spread
+# space-separated list of VAR=VALUE; by default decode attention split over the keys and two
+# K-quant chunks a step in the matrix-vector kernel), each against the defaults run first and last (the spread
 # of those two says how far one run can be trusted): the pair, with the image prompt's context
 # for decoding, and the kernel profile of each.
-KIT_VARIANTS=${KIT_VARIANTS-REXVQA_GEMV_TEAM=32;REXVQA_DECODE_SPLIT=0}
+KIT_VARIANTS=${KIT_VARIANTS-REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_UNROLL=2}
 # A child bash runs it (timeout cannot run a function): the arrays go over as strings.
 bench_variants() {
   local variant sep="" out

@@ -1,7 +1,7 @@
-//! Attention for a few query rows at head widths up to 256 (Gemma 3's decoder decoding). By
-//! default split over the keys ("flash decoding", two dispatches: many workgroups a head, then
-//! one joining their parts; see [`decode_attention_split_kernel`]); the single form below, one
-//! workgroup per query row and head, remains for `REXVQA_DECODE_SPLIT=0` ([`split_form`]).
+//! Attention for a few query rows at head widths up to 256 (Gemma 3's decoder decoding), by
+//! default in one dispatch: one workgroup per query row and head. A form split over the keys
+//! ("flash decoding", two dispatches: many workgroups a head, then one joining their parts; see
+//! [`decode_attention_split_kernel`]) is there for `REXVQA_DECODE_SPLIT=1` ([`split_form`]).
 //!
 //! Why: [`super::fused_attention`] keeps a query row and its accumulator in one invocation's
 //! registers, which caps the head width at 128, so MedGemma 4B's decoder (256) took the blocked path:
@@ -80,8 +80,16 @@ fn decode_attention_kernel(
         if j < s {
             let mut dot = 0.0f32;
             let row = kv_base + j * d;
-            for c in 0..d {
-                dot += qs[c] * k[row + c];
+            // UNROLL loads issued before their products, in the loop's order (the same sum).
+            let mut c = 0usize;
+            while c < d {
+                #[unroll]
+                for u in 0..UNROLL {
+                    if c + u < d {
+                        dot += qs[c + u] * k[row + c + u];
+                    }
+                }
+                c += UNROLL;
             }
             score = dot * scale;
             keep = true;
@@ -106,8 +114,15 @@ fn decode_attention_kernel(
         if lane < d {
             let mut a = acc * corr;
             let n = min(threads, s - j0);
-            for jj in 0..n {
-                a += ps[jj] * v[kv_base + (j0 + jj) * d + lane];
+            let mut jj = 0usize;
+            while jj < n {
+                #[unroll]
+                for u in 0..UNROLL {
+                    if jj + u < n {
+                        a += ps[jj + u] * v[kv_base + (j0 + jj + u) * d + lane];
+                    }
+                }
+                jj += UNROLL;
             }
             acc = a;
         }
@@ -435,14 +450,16 @@ impl DecodeAttentionOps for CubeBackend {
 }
 
 /// Whether decode attention runs split over many workgroups (two dispatches) rather than as one
-/// workgroup a head (one): split by default; natively `REXVQA_DECODE_SPLIT=0` (read once) times
-/// and tests the single form.
+/// workgroup a head (one): natively with `REXVQA_DECODE_SPLIT=1` (read once), for timing and
+/// testing. Not the default: on an H200 the split form's device time (26 + 6 µs a layer against
+/// 40 µs, 2026-11-27, before the single form's loads were unrolled) does not pay for its second
+/// dispatch, which costs ~21 µs of a dependent chain, and it puts a token past 300 dispatches.
 pub fn split_form() -> bool {
     #[cfg(not(target_arch = "wasm32"))]
     {
         static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *SPLIT.get_or_init(|| std::env::var("REXVQA_DECODE_SPLIT").as_deref() != Ok("0"))
+        *SPLIT.get_or_init(|| std::env::var("REXVQA_DECODE_SPLIT").as_deref() == Ok("1"))
     }
     #[cfg(target_arch = "wasm32")]
-    true
+    false
 }
