@@ -55,7 +55,8 @@ function figures(j) {
     decode_tokens_per_s: r.decode_tokens_per_s,
     image_encode_ms: r.image_encode_ms || null,
     fast_questions_per_s: r.fast_questions_per_s || null,
-    official_questions_per_s: r.official_questions_per_s || null,
+    // The app's official cap is at least 1 token, the CLI's may be 0: then the two differ.
+    official_questions_per_s: Number(a.official) > 0 ? r.official_questions_per_s || null : null,
     decode_issue_ms_per_token: r.decode_issue_ms_per_token,
     host_us_per_dispatch: r.host_us_per_dispatch,
     chain_us_per_dispatch: r.chain_us_per_dispatch,
