@@ -103,6 +103,19 @@ fn load_lane(x: &Tensor<f32>, base: usize, d: usize, #[comptime] per: usize) -> 
     vs
 }
 
+/// `1 / sqrt(mean(x²) + eps)` of the row whose values the workgroup's invocations hold in
+/// `xs` ([`load_lane`]): the register form of [`row_sum_squares`], in its order.
+#[cube]
+fn lane_inv_rms(xs: &Array<f32>, d: usize, eps: f32, #[comptime] per: usize) -> f32 {
+    let mut partial = 0.0f32;
+    #[unroll]
+    for u in 0..per {
+        partial += xs[u] * xs[u];
+    }
+    let ms = workgroup_sum(partial) / d as f32;
+    1.0f32 / (ms + eps).sqrt()
+}
+
 /// `out[r] = x[r] / sqrt(mean(x[r]²) + eps) · w` (+ `residual[r]` when `has_residual`), one
 /// workgroup per row of `d`. The workgroup index is linear over a 2-D dispatch (rows can pass
 /// 65535); workgroups past the last row leave as a whole, so no barrier waits on them. With
@@ -136,13 +149,7 @@ pub(super) fn rms_norm_kernel(
         if comptime!(has_residual) {
             rs = load_lane(residual, base, d, per);
         }
-        let mut partial = 0.0f32;
-        #[unroll]
-        for u in 0..per {
-            partial += xs[u] * xs[u];
-        }
-        let ms = workgroup_sum(partial) / d as f32;
-        let inv = 1.0f32 / (ms + eps).sqrt();
+        let inv = lane_inv_rms(&xs, d, eps, per);
         #[unroll]
         for u in 0..per {
             let j = lane + u * ROW_THREADS as usize;
@@ -202,13 +209,7 @@ pub(super) fn add_rms_norm_then_norm_kernel(
         let rs = load_lane(residual, base, d, per);
         let ws = load_lane(w, 0, d, per);
         let w2s = load_lane(w2, 0, d, per);
-        let mut partial = 0.0f32;
-        #[unroll]
-        for u in 0..per {
-            partial += xs[u] * xs[u];
-        }
-        let ms = workgroup_sum(partial) / d as f32;
-        let inv = 1.0f32 / (ms + eps).sqrt();
+        let inv = lane_inv_rms(&xs, d, eps, per);
         let mut hs = Array::<f32>::new(per);
         let mut partial2 = 0.0f32;
         #[unroll]
