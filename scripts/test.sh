@@ -33,13 +33,17 @@ stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 stage "native tests" cargo test --workspace --no-fail-fast
 # The kernels' other forms, which a GPU machine times (bench/device/run.sh): the tiled kernel's
-# 8 x 8 outputs an invocation (step 10), the matrix-vector kernel's teams of 8 invocations a
-# row, summed by subgroup shuffles on lavapipe (subgroups of 8; teams of 16 and 32 are summed
-# the same way on a GPU), two K-quant chunks a step, and decode attention split over the keys. Each form is read once
-# per process, so their own run (~100 s).
-stage "other kernel forms (REXVQA_TILE_PER=8, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1)" \
-  env REXVQA_TILE_PER=8 REXVQA_GEMV_TEAM=8 REXVQA_GEMV_UNROLL=2 REXVQA_DECODE_SPLIT=1 cargo test -p rexvqa-engine --test qkernels -- \
-  wgpu_kernels_match_the_reference wgpu_gelu_products wgpu_stacked_products wgpu_decode_attention
+# vector form with 8 x 8 outputs an invocation (step 10) and its scalar form (a second run: a form
+# is read once per process), the matrix-vector kernel's teams of 8 invocations a row, summed by
+# subgroup shuffles on lavapipe (subgroups of 8; teams of 16 and 32 are summed the same way on a
+# GPU), two K-quant chunks a step, decode attention split over the keys, and the fused
+# attention's scalar form.
+stage "other kernel forms (REXVQA_TILE_PER=v8, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1; REXVQA_TILE_PER=s4, REXVQA_ATTENTION=scalar)" \
+  bash -c 'env REXVQA_TILE_PER=v8 REXVQA_GEMV_TEAM=8 REXVQA_GEMV_UNROLL=2 REXVQA_DECODE_SPLIT=1 \
+    cargo test -p rexvqa-engine --test qkernels -- \
+    wgpu_kernels_match_the_reference wgpu_gelu_products wgpu_stacked_products wgpu_decode_attention &&
+    env REXVQA_TILE_PER=s4 REXVQA_ATTENTION=scalar cargo test -p rexvqa-engine --test qkernels -- \
+    wgpu_kernels_match_the_reference wgpu_stacked_products wgpu_fused_attention'
 stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web
 e2e_fixtures() {
   # A synthetic split, the tiny model pair, and the native CLI's numbers to compare with. The

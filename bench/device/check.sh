@@ -52,7 +52,7 @@ case "$1" in
     echo '[{"name": "gemv q4_k", "passed": true}, {"name": "naive q6_k", "passed": false}]'; exit 1 ;;
   bench-kernels) echo '{"adapter": {"name": "stub"}, "kernels": []}' ;;
   bench) [ -n "${STUB_SLOW_BENCH:-}" ] && sleep 30
-    if [ "${REXVQA_TILE_PER:-}" = 8 ]; then
+    if [ "${REXVQA_TILE_PER:-}" = v8 ]; then
       echo '{"load_s": 1.5, "results": {"prefill": [[300, 2500.0], [1000, 3000.0]], "image_encode_ms": 40.0,
       "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 1.0}]}}'
     elif [ -n "${REXVQA_GEMV_UNROLL:-}${REXVQA_DECODE_SPLIT:-}" ]; then
@@ -135,9 +135,12 @@ assert t8["image_speedup"] == 1.25 and t8["prefill_speedup"] == {"300": 1.25, "1
 assert t8["tiled_m256_speedup"] == {"blk.0.ffn_down native": 2.0}, t8
 vr = s["variants"]
 assert st["bench-variants"].startswith("ok"), st
-assert [r["env"] for r in vr] == ["", "REXVQA_DECODE_SPLIT=1", "REXVQA_GEMV_UNROLL=2", ""], vr
-assert [r["decode_tokens_per_s"] for r in vr] == [90.0, 10, 42, 90.0], vr
-assert vr[1]["token_kernels_us"] == {"QgemvKernel": 5000.0} and vr[1]["gpu_ms"] == {"token": 9.0}, vr
+assert [r["env"] for r in vr] == ["", "REXVQA_TILE_PER=s4", "REXVQA_TILE_PER=v8", "REXVQA_ATTENTION=scalar",
+                                 "REXVQA_DECODE_SPLIT=1", "REXVQA_GEMV_UNROLL=2", ""], vr
+assert [r["decode_tokens_per_s"] for r in vr] == [90.0, 90.0, None, 90.0, 10, 42, 90.0], vr
+assert vr[4]["token_kernels_us"] == {"QgemvKernel": 5000.0} and vr[4]["gpu_ms"] == {"token": 9.0}, vr
+# This build's stub has no self-test (step 2 says so): no variant claims one.
+assert [r["selftest"] for r in vr] == [None] * 7, vr
 pr = s["profile"]
 assert pr["roofline"]["gb_per_s"] == 3350.0 and pr["tile_per_8"] == [], pr
 assert pr["default"][0]["pass"] == "token" and pr["default"][0]["top"][0]["roofline_pct"] == 3.6, pr
@@ -165,12 +168,19 @@ python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1], "w:xz"); t.add(sy
   "$kit3/payload.tar.xz" "$tmp/payload"
 out3=$tmp/out3 work3=$tmp/work3
 mkdir -p "$out3"
-OUT=$out3 KIT_DIR=$kit3 KIT_WORK=$work3 KIT_KEEP_WORK=1 KIT_STEPS=synth,bench-wgpu,llama-bench KIT_STEP_LIMIT_S=3 KIT_DEADLINE_S=60 \
+STUB_SELFTEST=1 KIT_VARIANTS='REXVQA_ATTENTION=scalar' OUT=$out3 KIT_DIR=$kit3 KIT_WORK=$work3 KIT_KEEP_WORK=1 \
+  KIT_STEPS=synth,bench-wgpu,llama-bench,bench-variants KIT_STEP_LIMIT_S=3 KIT_DEADLINE_S=60 \
   bench/device/run.sh 2>"$tmp/run3.log" || { cat "$tmp/run3.log" >&2; fail "run.sh failed on a kit without llama.cpp"; }
 mkdir -p "$out3/x" && tar -C "$out3/x" -xf "$out3/steps.tar"
 grep -q '"exit_code": 0' "$out3/x/04-bench-wgpu.json" || fail "KIT_STEPS did not run bench-wgpu"
 grep -q 'no llama.cpp in this kit' "$out3/x/05-llama-bench.json" || fail "a kit without llama.cpp does not skip llama-bench"
 grep -q 'not in KIT_STEPS' "$out3/x/07-calibrate.json" || fail "a step not in KIT_STEPS is not skipped"
+# A variant's own self-test (here with a failing check) is kept beside its figures.
+python3 bench/device/summarize.py "$out3/x" | python3 -c '
+import json, sys
+vr = json.load(sys.stdin)["variants"]
+assert [(r["env"], r["selftest"]) for r in vr] == [("", None), ("REXVQA_ATTENTION=scalar", "1 of 2"), ("", None)], vr
+' || fail "a variant's self-test is not summarised"
 ( . "$work3/env.sh" && [ "${KIT_REX[-1]}" = "$work3/kit/bin/rexvqa" ] && [ "$KIT_WORK" = "$work3" ] ) || fail "run.sh's env.sh does not name the kit's rexvqa"
 
 # The browser kit's call sequence on a stub stream of three parts: each call stores its part, a

@@ -429,7 +429,7 @@ if [ "$SCALE" = full ]; then
   MMPROJ=$SYN/mmproj-medgemma-4b-synthetic-F16.gguf
   PREFILL=300,1000 DECODE=${KIT_DECODE:-32} REPS=3 OFFICIAL=64 KREPS=5 KM=1,64,256 KSHAPE=(--rows 2048 --cols 2048) QUESTIONS=20
   STUDIES=8 MIN_SIZE=1024 MAX_SIZE=2048
-  B_SELF=60 B_KERN=60 B_BENCH=200 B_LB=90 B_MTMD=90 B_CAL=150 B_FIRST=60 B_ONE=90 B_TILE8=120 B_VARIANTS=150
+  B_SELF=60 B_KERN=60 B_BENCH=200 B_LB=90 B_MTMD=90 B_CAL=150 B_FIRST=60 B_ONE=90 B_TILE8=120 B_VARIANTS=260
 else
   MODEL=$WORK/tiny/tiny-q8_0.gguf
   MMPROJ=$WORK/tiny/tiny-q8_0-mmproj.gguf
@@ -543,20 +543,21 @@ run_step bench-one-submit "$B_ONE" stdout -- env CUBECL_WGPU_MAX_TASKS=512 "${LA
   --backend wgpu --prefill "${PREFILL%%,*}" --decode "$DECODE"
 
 # 10. Prefill and the image encode with the tiled kernel's 8 x 8 blocks of outputs an invocation
-# (REXVQA_TILE_PER=8; the default is 4 x 4): the prefill, image and per-matrix m = 256 figures
+# (REXVQA_TILE_PER=v8; the default is 4 x 4): the prefill, image and per-matrix m = 256 figures
 # against step 4's say which the default should be on this GPU.
-run_step bench-tile8 "$B_TILE8" stdout -- env REXVQA_TILE_PER=8 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
+run_step bench-tile8 "$B_TILE8" stdout -- env REXVQA_TILE_PER=v8 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
   --mmproj "$MMPROJ" --backend wgpu --prefill "$PREFILL" --decode 8 --official-max-tokens 8 --kernel-rows 256 "${ROOF[@]}"
 
 # 11. Kernel forms chosen by environment variables (KIT_VARIANTS: `;`-separated runs, each a
-# space-separated list of VAR=VALUE; by default decode attention split over the keys and two
-# K-quant chunks a step in the matrix-vector kernel), each against the defaults run first and last (the spread
-# of those two says how far one run can be trusted): the pair, with the image prompt's context
-# for decoding, and the kernel profile of each.
-KIT_VARIANTS=${KIT_VARIANTS-REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_UNROLL=2}
+# space-separated list of VAR=VALUE; by default the tiled kernel's scalar form and its vector form's
+# 8 x 8 blocks, the fused (vision) attention's scalar form, decode attention split over the keys,
+# and two K-quant chunks a step in the matrix-vector kernel), each against the defaults run first and last (the spread of those two says how far one
+# run can be trusted): the pair, with the image prompt's context for decoding, and the kernel
+# profile of each; each form's self-test before its bench.
+KIT_VARIANTS=${KIT_VARIANTS-REXVQA_TILE_PER=s4;REXVQA_TILE_PER=v8;REXVQA_ATTENTION=scalar;REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_UNROLL=2}
 # A child bash runs it (timeout cannot run a function): the arrays go over as strings.
 bench_variants() {
-  local variant sep="" out
+  local variant sep="" out checks
   local -a launch roof vars runs
   read -r -a launch <<<"$LAUNCH_REX_STR"
   read -r -a roof <<<"$ROOF_STR"
@@ -565,10 +566,17 @@ bench_variants() {
   printf '{"runs": ['
   for variant in "${runs[@]}"; do
     read -r -a vars <<<"$variant"
+    # A form's figures count only if it computes right on this GPU: its self-test first (its checks
+    # are printed whatever the exit code).
+    checks=null
+    if [ -n "$variant" ]; then
+      checks=$(env "${vars[@]}" "${launch[@]}" "$REX" selftest --backend wgpu --json 2>/dev/null)
+      [[ $checks == \[* ]] || checks=null
+    fi
     out=$(env "${vars[@]}" "${launch[@]}" "$REX" bench --model "$MODEL" --mmproj "$MMPROJ" --backend wgpu \
       --prefill "${PREFILL%%,*}" --decode "$DECODE" --official-max-tokens 8 --kernel-rows "" "${roof[@]}") || out=null
     [ -n "$out" ] || out=null
-    printf '%s{"env": "%s", "result": %s}' "$sep" "$variant" "$out"
+    printf '%s{"env": "%s", "selftest": %s, "result": %s}' "$sep" "$variant" "$checks" "$out"
     sep=", "
   done
   printf ']}\n'

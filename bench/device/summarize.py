@@ -108,7 +108,7 @@ def main():
         if one.get("decode_tokens_per_s") and rr.get("decode_tokens_per_s") else None,
     }
 
-    # Step 10: prefill and image with the tiled kernel's 8 x 8 blocks (REXVQA_TILE_PER=8).
+    # Step 10: prefill and image with the tiled kernel's vector form, 8 x 8 blocks (REXVQA_TILE_PER=v8).
     t8 = (result("bench-tile8") or {}).get("results") or {}
 
     def tiled_ms(res):
@@ -145,8 +145,12 @@ def main():
     def variant_run(run):
         res = (run.get("result") or {}).get("results") or {}
         passes = (res.get("profile") or {}).get("passes") or []
+        checks = run.get("selftest")
         return {
             "env": run.get("env"),
+            # "passed of checks" for a form's own self-test; None for the defaults (step 2).
+            "selftest": f"{sum(1 for c in checks if c.get('passed'))} of {len(checks)}"
+            if isinstance(checks, list) else None,
             "decode_tokens_per_s": res.get("decode_tokens_per_s"),
             "prefill": res.get("prefill"),
             "image_encode_ms": res.get("image_encode_ms"),

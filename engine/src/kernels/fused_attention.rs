@@ -136,6 +136,147 @@ fn attention_kernel(
     }
 }
 
+/// Four floats: one 16-byte read of workgroup memory in [`attention_vec_kernel`].
+type V4 = Vector<f32, Const<4>>;
+
+/// [`attention_kernel`] with the staged keys and values, the query and the accumulator held as
+/// runs of 4 floats (`d` a multiple of 4), so that one 16-byte read of workgroup memory feeds 4
+/// multiply–adds where the scalar form reads one float for each: the scalar form reads 2 · `d`
+/// floats a key against 3 · `d` arithmetic operations, and GPUs serve workgroup memory at about a
+/// quarter of their arithmetic rate. The accumulator is rescaled only when the running maximum
+/// moves. The dot product sums 4 partial sums at the end (a different order from the scalar
+/// form's, within the same bound of an f64 evaluation).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn attention_vec_kernel(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    mask: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    t: u32,
+    s: u32,
+    kv_stride: u32,
+    groups: u32,
+    scale: f32,
+    #[comptime] d: usize,
+    #[comptime] tile: usize,
+    #[comptime] has_mask: bool,
+) {
+    let d4 = comptime!(d / 4);
+    let h = CUBE_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let threads = CUBE_DIM_X as usize;
+    let i = CUBE_POS_X as usize * threads + lane;
+    let t = t as usize;
+    let s = s as usize;
+    let active = i < t;
+    let mut row = 0usize;
+    if active {
+        row = i;
+    }
+    let kv_base = (h / groups as usize) * kv_stride as usize;
+    let q_base = (h * t + row) * d;
+    let mut qv = Array::<V4>::new(d4);
+    let mut acc = Array::<V4>::new(d4);
+    #[unroll]
+    for c in 0..d4 {
+        let mut x = V4::empty();
+        x.insert(0usize, q[q_base + 4 * c]);
+        x.insert(1usize, q[q_base + 4 * c + 1]);
+        x.insert(2usize, q[q_base + 4 * c + 2]);
+        x.insert(3usize, q[q_base + 4 * c + 3]);
+        qv[c] = x;
+        acc[c] = V4::zeroed();
+    }
+    let mut ks = Shared::<[V4]>::new_slice(comptime!(tile * d4));
+    let mut vs = Shared::<[V4]>::new_slice(comptime!(tile * d4));
+    let mut m = f32::new(SKIP);
+    let mut l = 0.0f32;
+    let mut j0 = 0usize;
+    while j0 < s {
+        // Runs of 4 of rows j0.. of K and V (rows are d floats, d a multiple of 4).
+        let tile_base = kv_base + j0 * d;
+        let tile_end = kv_base + s * d;
+        let mut e = lane;
+        while e < comptime!(tile * d4) {
+            let at = tile_base + 4 * e;
+            if at < tile_end {
+                let mut kx = V4::empty();
+                let mut vx = V4::empty();
+                kx.insert(0usize, k[at]);
+                kx.insert(1usize, k[at + 1]);
+                kx.insert(2usize, k[at + 2]);
+                kx.insert(3usize, k[at + 3]);
+                vx.insert(0usize, v[at]);
+                vx.insert(1usize, v[at + 1]);
+                vx.insert(2usize, v[at + 2]);
+                vx.insert(3usize, v[at + 3]);
+                ks[e] = kx;
+                vs[e] = vx;
+            }
+            e += threads;
+        }
+        sync_cube();
+        if active {
+            for jj in 0..tile {
+                let j = j0 + jj;
+                if j < s {
+                    let mut dots = V4::zeroed();
+                    #[unroll]
+                    for c in 0..d4 {
+                        dots += qv[c] * ks[jj * d4 + c];
+                    }
+                    let dot = (dots.extract(0usize) + dots.extract(1usize))
+                        + (dots.extract(2usize) + dots.extract(3usize));
+                    let mut score = dot * scale;
+                    let mut keep = true;
+                    if comptime!(has_mask) {
+                        let mv = mask[row * s + j];
+                        keep = mv > MASKED;
+                        score += mv;
+                    }
+                    if keep {
+                        // Rescaled only when the maximum moves (the scalar form multiplies by
+                        // exp(0) = 1 otherwise: the same values), which after the first keys is
+                        // rare: about 32 · ln(s) of s keys for a 32-lane subgroup.
+                        if score > m {
+                            let corr = (m - score).exp();
+                            let corr4 = V4::broadcast(corr);
+                            l *= corr;
+                            #[unroll]
+                            for c in 0..d4 {
+                                acc[c] *= corr4;
+                            }
+                            m = score;
+                        }
+                        let p = (score - m).exp();
+                        let p4 = V4::broadcast(p);
+                        l += p;
+                        #[unroll]
+                        for c in 0..d4 {
+                            acc[c] += p4 * vs[jj * d4 + c];
+                        }
+                    }
+                }
+            }
+        }
+        sync_cube();
+        j0 += tile;
+    }
+    if active {
+        let o_base = (h * t + i) * d;
+        #[unroll]
+        for c in 0..d4 {
+            let o = acc[c];
+            out[o_base + 4 * c] = o.extract(0usize) / l;
+            out[o_base + 4 * c + 1] = o.extract(1usize) / l;
+            out[o_base + 4 * c + 2] = o.extract(2usize) / l;
+            out[o_base + 4 * c + 3] = o.extract(3usize) / l;
+        }
+    }
+}
+
 /// Attention as one fused kernel (GPU backends only; see [`super::attention::Kernel::supports`]).
 #[backend_extension(Cube, Flex)]
 pub trait AttentionOps: burn::backend::Backend {
@@ -199,7 +340,12 @@ impl AttentionOps for CubeBackend {
         crate::launches::note_flop(4 * (heads * t) as u64 * (s * d) as u64);
         let cube_count =
             cubecl::CubeCount::Static(t.div_ceil(WORKGROUP as usize) as u32, heads as u32, 1);
-        attention_kernel::launch(
+        let launch = if vector_form() && d % 4 == 0 {
+            attention_vec_kernel::launch
+        } else {
+            attention_kernel::launch
+        };
+        launch(
             &client,
             cube_count,
             cubecl::CubeDim::new_1d(WORKGROUP),
@@ -244,3 +390,17 @@ pub(super) fn kv_rows(k: CubeTensor, v: CubeTensor) -> (CubeTensor, CubeTensor, 
 /// steeply (4.6 s at 128). Gemma 3 4B's decoder (256) uses the blocked path; SigLIP's 72
 /// takes this one.
 pub const MAX_HEAD_DIM: usize = 128;
+
+/// Whether the fused attention takes [`attention_vec_kernel`] (heads a multiple of 4 wide): yes,
+/// unless natively `REXVQA_ATTENTION=scalar` (read once), so that a GPU machine can time the
+/// scalar form beside it (`bench/device/run.sh`'s variants). On lavapipe the vector form took the
+/// tiny pair's image attention from 10.1 to 4.2 s (2026-11-27).
+fn vector_form() -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static VECTOR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *VECTOR.get_or_init(|| std::env::var("REXVQA_ATTENTION").as_deref() != Ok("scalar"))
+    }
+    #[cfg(target_arch = "wasm32")]
+    true
+}

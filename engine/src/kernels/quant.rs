@@ -945,10 +945,9 @@ pub const TILE: usize = 64;
 /// Weights per row staged per step; 2 · 64 · 17 floats = 8.5 KiB of workgroup memory (within
 /// WebGPU's default 16 KiB).
 pub const TILE_K: usize = 16;
-/// Outputs per side of an invocation's block in [`qmatmul_tiled_kernel`] by default: 4 × 4,
-/// 16 × 16 invocations a workgroup. The other side the kernel takes is 8 (8 × 8 outputs, 8 × 8
-/// invocations): twice the multiply–adds per workgroup-memory read, a quarter of the
-/// invocations. Which is faster is the GPU's to say (`REXVQA_TILE_PER`, natively).
+/// Outputs per side of an invocation's block in [`qmatmul_tiled_kernel`]: 4 × 4, 16 × 16
+/// invocations a workgroup. (8 × 8 blocks, 8 × 8 invocations, ran at 0.65–0.82× on an H200.) The
+/// default form is [`qmatmul_tiled_vec_kernel`]; this one is `REXVQA_TILE_PER=s4`, natively.
 pub const TILE_PER: u32 = 4;
 /// Row stride of the staged rows in workgroup memory: one more than [`TILE_K`] because the
 /// invocations of a subgroup read different rows at the same `kk`; at a stride of 16 words the
@@ -957,19 +956,19 @@ pub const TILE_PER: u32 = 4;
 const STRIDE: usize = TILE_K + 1;
 
 /// Weights `j0 .. j0 + 4` of the row at word `row` (type `ty`, `k` weights) into
-/// `ws[at ..]`, 0 past the row's end. A run of a [`gemv_chunked`] type lies in one sub-block
-/// (`j0` is a multiple of 4 and the row a whole number of blocks), so its four quants share one
-/// word and one scale: one load of each where [`dequant_one`] makes them per weight. The values
-/// are [`dequant_one`]'s, bit for bit.
+/// `ws[at ..]` (workgroup memory, or an invocation's registers), 0 past the row's end. A run of
+/// a [`gemv_chunked`] type lies in one sub-block (`j0` is a multiple of 4 and the row a whole
+/// number of blocks), so its four quants share one word and one scale: one load of each where
+/// [`dequant_one`] makes them per weight. The values are [`dequant_one`]'s, bit for bit.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn stage_run<H: CubePrimitive>(
+fn stage_run<H: CubePrimitive, L: List<f32>>(
     w: &Tensor<u32>,
     wh: &Tensor<H>,
     row: usize,
     j0: usize,
     k: usize,
-    ws: &mut Shared<[f32]>,
+    ws: &mut L,
     at: usize,
     #[comptime] ty: u32,
     #[comptime] native: bool,
@@ -1098,12 +1097,32 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
             if r < n {
                 if comptime!(stacked) {
                     if r < n1 {
-                        stage_run(w, wh, r * rw, j0, k, &mut ws, at, ty, native);
+                        stage_run::<H, Shared<[f32]>>(
+                            w,
+                            wh,
+                            r * rw,
+                            j0,
+                            k,
+                            &mut ws,
+                            at,
+                            ty,
+                            native,
+                        );
                     } else {
-                        stage_run(w2, wh2, (r - n1) * rw2, j0, k, &mut ws, at, ty2, native);
+                        stage_run::<H, Shared<[f32]>>(
+                            w2,
+                            wh2,
+                            (r - n1) * rw2,
+                            j0,
+                            k,
+                            &mut ws,
+                            at,
+                            ty2,
+                            native,
+                        );
                     }
                 } else {
-                    stage_run(w, wh, r * rw, j0, k, &mut ws, at, ty, native);
+                    stage_run::<H, Shared<[f32]>>(w, wh, r * rw, j0, k, &mut ws, at, ty, native);
                 }
             } else {
                 #[unroll]
@@ -1141,6 +1160,211 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
             let col = bn + tx + jn * side;
             if row < m && col < n {
                 out[row * ld as usize + col0 as usize + col] = acc[i * per + jn];
+            }
+        }
+    }
+}
+
+/// Four floats: one 16-byte read of workgroup memory in [`qmatmul_tiled_vec_kernel`].
+type V4 = Vector<f32, Const<4>>;
+
+/// Invocations a side of [`qmatmul_tiled_vec_kernel`]'s workgroup (16 × 16).
+pub const VEC_SIDE: u32 = 16;
+
+/// Weights per row staged a step by [`qmatmul_tiled_vec_kernel`] with `per` × `per` blocks:
+/// 32 at 64-wide tiles, 16 at 128-wide ones, so that the two staged slices take WebGPU's default
+/// 16 KiB of workgroup memory either way, and 128 runs of 4 × 4 values stage each.
+pub const fn vec_tile_k(per: u32) -> usize {
+    if per == 8 { 16 } else { 32 }
+}
+
+/// [`qmatmul_tiled_kernel`]'s product with its staged slices stored transposed (`k` major) as
+/// runs of 4 floats, so that an invocation reads four of its rows or four of its columns in one
+/// 16-byte load: 2 loads a step feed 16 multiply–adds (`per` = 4; 64 × 64 tiles) or 4 feed 64
+/// (`per` = 8; 128 × 128), where the scalar form reads one float for every two. An invocation's
+/// block is `per / 4` runs of 4 rows by `per / 4` runs of 4 columns, each run 64 apart, so that
+/// neighbouring invocations read neighbouring runs. Each invocation stages one 4 × 4 block a
+/// step: 4 rows of `x` (the first 128 invocations) or 4 decoded weight runs (the others),
+/// written transposed. Same sums in the same order per output as the scalar form.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
+    x: &Tensor<f32>,
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    w2: &Tensor<u32>,
+    wh2: &Tensor<H>,
+    out: &mut Tensor<f32>,
+    m: u32,
+    k: u32,
+    n: u32,
+    n1: u32,
+    row_words: u32,
+    row_words2: u32,
+    ld: u32,
+    col0: u32,
+    #[comptime] ty: u32,
+    #[comptime] ty2: u32,
+    #[comptime] stacked: bool,
+    #[comptime] native: bool,
+    #[comptime] per: u32,
+    #[define(H)] _half: ElemType,
+) {
+    let m = m as usize;
+    let k = k as usize;
+    let n = n as usize;
+    let n1 = n1 as usize;
+    let rw = row_words as usize;
+    let rw2 = row_words2 as usize;
+    let side = comptime!(VEC_SIDE as usize);
+    let tile = comptime!(side * per as usize);
+    let tk = comptime!(vec_tile_k(per));
+    // Runs of 4 in a staged column of the tile, and an invocation's runs a side.
+    let quads = comptime!(tile / 4);
+    let runs = comptime!(per as usize / 4);
+    let tx = UNIT_POS_X as usize;
+    let ty_ = UNIT_POS_Y as usize;
+    let tid = ty_ * side + tx;
+    let bn = CUBE_POS_X as usize * tile;
+    let bm = CUBE_POS_Y as usize * tile;
+    let mut xs = Shared::<[V4]>::new_slice(comptime!(tk * quads));
+    let mut ws = Shared::<[V4]>::new_slice(comptime!(tk * quads));
+    // acc[i · runs + u]: output row i of the invocation's rows, its column run u.
+    let mut acc = Array::<V4>::new(comptime!(per as usize * runs));
+    #[unroll]
+    for e in 0..comptime!(per as usize * runs) {
+        acc[e] = V4::zeroed();
+    }
+    // The block this invocation stages: 4 rows from 4 · rg, 4 columns from 4 · kc of the step.
+    let stages_w = tid >= comptime!(side * side / 2);
+    let b = tid % comptime!(side * side / 2);
+    let kc = b % comptime!(tk / 4);
+    let rg = b / comptime!(tk / 4);
+    let mut k0 = 0usize;
+    while k0 < k {
+        let j0 = k0 + kc * 4;
+        // vals[4 · i + t]: row 4 · rg + i, column j0 + t.
+        let mut vals = Array::<f32>::new(16usize);
+        #[unroll]
+        for i in 0..4usize {
+            let rr = rg * 4 + i;
+            if stages_w {
+                let r = bn + rr;
+                if r < n {
+                    if comptime!(stacked) {
+                        if r < n1 {
+                            stage_run::<H, Array<f32>>(
+                                w,
+                                wh,
+                                r * rw,
+                                j0,
+                                k,
+                                &mut vals,
+                                i * 4,
+                                ty,
+                                native,
+                            );
+                        } else {
+                            stage_run::<H, Array<f32>>(
+                                w2,
+                                wh2,
+                                (r - n1) * rw2,
+                                j0,
+                                k,
+                                &mut vals,
+                                i * 4,
+                                ty2,
+                                native,
+                            );
+                        }
+                    } else {
+                        stage_run::<H, Array<f32>>(
+                            w,
+                            wh,
+                            r * rw,
+                            j0,
+                            k,
+                            &mut vals,
+                            i * 4,
+                            ty,
+                            native,
+                        );
+                    }
+                } else {
+                    #[unroll]
+                    for t in 0..4usize {
+                        vals[i * 4 + t] = 0.0f32;
+                    }
+                }
+            } else {
+                let r = bm + rr;
+                #[unroll]
+                for t in 0..4usize {
+                    let mut xv = 0.0f32;
+                    if r < m && j0 + t < k {
+                        xv = x[r * k + j0 + t];
+                    }
+                    vals[i * 4 + t] = xv;
+                }
+            }
+        }
+        #[unroll]
+        for t in 0..4usize {
+            let mut v = V4::empty();
+            v.insert(0usize, vals[t]);
+            v.insert(1usize, vals[4 + t]);
+            v.insert(2usize, vals[8 + t]);
+            v.insert(3usize, vals[12 + t]);
+            let at = (kc * 4 + t) * quads + rg;
+            if stages_w {
+                ws[at] = v;
+            } else {
+                xs[at] = v;
+            }
+        }
+        sync_cube();
+        #[unroll]
+        for kk in 0..tk {
+            let mut a = Array::<V4>::new(runs);
+            let mut bv = Array::<V4>::new(runs);
+            #[unroll]
+            for u in 0..runs {
+                a[u] = xs[kk * quads + u * side + ty_];
+                bv[u] = ws[kk * quads + u * side + tx];
+            }
+            #[unroll]
+            for v in 0..runs {
+                #[unroll]
+                for e in 0..4usize {
+                    let xv = V4::broadcast(a[v].extract(e));
+                    #[unroll]
+                    for u in 0..runs {
+                        acc[(v * 4 + e) * runs + u] += xv * bv[u];
+                    }
+                }
+            }
+        }
+        sync_cube();
+        k0 += tk;
+    }
+    #[unroll]
+    for v in 0..runs {
+        #[unroll]
+        for e in 0..4usize {
+            let row = bm + (v * side + ty_) * 4 + e;
+            #[unroll]
+            for u in 0..runs {
+                let c = acc[(v * 4 + e) * runs + u];
+                let col = bn + (u * side + tx) * 4;
+                let base = row * ld as usize + col0 as usize + col;
+                if row < m {
+                    #[unroll]
+                    for f in 0..4usize {
+                        if col + f < n {
+                            out[base + f] = c.extract(f);
+                        }
+                    }
+                }
             }
         }
     }

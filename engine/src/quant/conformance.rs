@@ -435,7 +435,8 @@ pub async fn check_half_forms_agree(
 
 /// The shapes every backend and kernel is checked on: tiny, odd (prime row counts), real row
 /// lengths, input rows past one matrix–vector group (9) and output tiles cut on both sides
-/// (70 × 67), and for the float types a row length that is no multiple of the tile step.
+/// (130 × 131: 64-wide tiles and the vector form's 128-wide ones), and for the float types a row
+/// length that is no multiple of the tile step.
 pub fn cases() -> Vec<(GgmlType, usize, usize, usize)> {
     let mut v = Vec::new();
     for ty in GgmlType::all().filter(|t| t.is_supported()) {
@@ -445,7 +446,7 @@ pub fn cases() -> Vec<(GgmlType, usize, usize, usize)> {
         v.push((ty, 3, 13, 2 * k_small.max(bs)));
         v.push((ty, 5, 31, 768));
         v.push((ty, 9, 3, k_small));
-        v.push((ty, 70, 67, k_small));
+        v.push((ty, 130, 131, k_small));
         // MedGemma's hidden width: a matrix-vector invocation takes several steps along a row
         // (2.5 chunks of a K-quant row for each of 64; two chunks a step with the unrolled form).
         v.push((ty, 1, 5, 2560));

@@ -9,8 +9,8 @@ use super::choice::{Half, Kernel, auto_kernel, f16_type, native_half_in_use, pla
 use super::ops::{QuantOps, ggml};
 use super::pack::row_words;
 use crate::kernels::quant::{
-    GEMV_ROWS, GEMV_TEAM, GEMV_THREADS, TILE, TILE_PER, qgather_kernel, qgemv_kernel,
-    qmatmul_kernel, qmatmul_tiled_kernel, ty,
+    GEMV_ROWS, GEMV_TEAM, GEMV_THREADS, TILE, TILE_PER, VEC_SIDE, qgather_kernel, qgemv_kernel,
+    qmatmul_kernel, qmatmul_tiled_kernel, qmatmul_tiled_vec_kernel, ty,
 };
 
 /// Launches a kernel specialised for the weight type (the type is a compile-time parameter).
@@ -320,16 +320,36 @@ fn launch_qmatmul(
                 !p.gelu,
                 "the tiled kernel has no GELU form (QMatrix checks)"
             );
-            let per = tile_per();
-            let side = TILE as u32 / per;
-            let cube_dim = cubecl::CubeDim::new_2d(side, side);
-            let cube_count =
-                cubecl::CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
             let (xa, wa, wha, w2a, wh2a, oa) = args();
-            qmatmul_tiled_kernel::launch(
-                &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1, wpr,
-                wpr2, ld, col0, ty, ty2, stacked, native, per, h_elem,
-            );
+            match tile_form() {
+                TileForm::Scalar => {
+                    let per = TILE_PER;
+                    let side = TILE as u32 / per;
+                    let cube_dim = cubecl::CubeDim::new_2d(side, side);
+                    let cube_count = cubecl::CubeCount::Static(
+                        n.div_ceil(TILE) as u32,
+                        m.div_ceil(TILE) as u32,
+                        1,
+                    );
+                    qmatmul_tiled_kernel::launch(
+                        &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32,
+                        n1, wpr, wpr2, ld, col0, ty, ty2, stacked, native, per, h_elem,
+                    );
+                }
+                TileForm::Vector(per) => {
+                    let tile = (VEC_SIDE * per) as usize;
+                    let cube_dim = cubecl::CubeDim::new_2d(VEC_SIDE, VEC_SIDE);
+                    let cube_count = cubecl::CubeCount::Static(
+                        n.div_ceil(tile) as u32,
+                        m.div_ceil(tile) as u32,
+                        1,
+                    );
+                    qmatmul_tiled_vec_kernel::launch(
+                        &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32,
+                        n1, wpr, wpr2, ld, col0, ty, ty2, stacked, native, per, h_elem,
+                    );
+                }
+            }
         }
         Kernel::Naive | Kernel::Auto => {
             let count = m * n;
@@ -345,20 +365,38 @@ fn launch_qmatmul(
     out
 }
 
-/// The side of each invocation's block of outputs in the tiled kernel: [`TILE_PER`], or natively
-/// `REXVQA_TILE_PER=8` (read once), so that a GPU machine can time the other form without a
-/// rebuild (`bench/device/run.sh` does) before it becomes the default.
-pub fn tile_per() -> u32 {
+/// The form of the tiled kernel: [`qmatmul_tiled_vec_kernel`] (16-byte reads of workgroup memory)
+/// or [`qmatmul_tiled_kernel`] (scalar reads, [`TILE_PER`] × [`TILE_PER`] blocks of outputs an
+/// invocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileForm {
+    /// Scalar reads (chosen natively only: the kit's comparison with the vector form).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    Scalar,
+    /// Vector reads, 4 × 4 (the default) or 8 × 8 blocks.
+    Vector(u32),
+}
+
+/// The tiled kernel's form: vector reads with 4 × 4 blocks, or natively `REXVQA_TILE_PER` = `v8`
+/// (8 × 8 blocks in 128 × 128 tiles) or `s4` (the scalar form; read once), so that a GPU machine
+/// can time the others without a rebuild (`bench/device/run.sh` does). On lavapipe the vector
+/// form's 4 × 4 took the tiny pair's image products from 1,099 to 549 ms, its 8 × 8 to 313 ms
+/// (2026-11-27); 8 × 8 makes a quarter as many workgroups, too few at a prompt's 300 rows to fill a
+/// large GPU, so 4 × 4 is the default until a GPU has timed both. The scalar form's 8 × 8 blocks
+/// were dropped after an H200 ran them at 0.65–0.82× its 4 × 4.
+pub fn tile_form() -> TileForm {
+    const DEFAULT: TileForm = TileForm::Vector(4);
     #[cfg(not(target_arch = "wasm32"))]
     {
-        static PER: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-        *PER.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
-            Ok("8") => 8,
-            _ => TILE_PER,
+        static FORM: std::sync::OnceLock<TileForm> = std::sync::OnceLock::new();
+        *FORM.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
+            Ok("s4") => TileForm::Scalar,
+            Ok("v8") => TileForm::Vector(8),
+            _ => DEFAULT,
         })
     }
     #[cfg(target_arch = "wasm32")]
-    TILE_PER
+    DEFAULT
 }
 
 /// Invocations per weight row of the matrix–vector kernel: [`GEMV_TEAM`], or natively
