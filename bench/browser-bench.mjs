@@ -3,8 +3,11 @@
 // and without SIMD128) and the browser with the native CLI on the same machine.
 //
 //   node bench/browser-bench.mjs --dist DIST --model M.gguf [--mmproj MM.gguf] [--compute cpu|webgpu]
-//     [--prefill 64,256] [--decode 16] [--official 4] [--kernel-rows 1,256] [--trace trace.json]
+//     [--prefill 64,256] [--decode 16] [--official 4] [--kernel-rows 1,256] [--profile] [--trace trace.json]
 //     [--flags='--enable-dawn-features=...'] --out r.json
+//
+// --profile ticks the card's kernel profile: a token, a prefill pass and an image encode, every
+// launch timed on its own (timestamp queries), in the JSON's results.profile.
 //
 // --trace records a Chrome trace of the Benchmark run (every process: the worker's JavaScript and
 // WebAssembly samples, the GPU process's Dawn work), for bench/trace_summary.py to break down,
@@ -21,6 +24,7 @@ const { values: a } = parseArgs({
     compute: { type: 'string', default: 'cpu' }, prefill: { type: 'string', default: '64,256' },
     decode: { type: 'string', default: '16' }, official: { type: 'string', default: '4' }, out: { type: 'string' },
     'kernel-rows': { type: 'string', default: '1,256' }, trace: { type: 'string' }, flags: { type: 'string', default: '' },
+    profile: { type: 'boolean', default: false },
   },
 });
 if (!a.model || !a.out) throw new Error('--model and --out are required');
@@ -46,6 +50,7 @@ try {
   await page.getByTestId('bench-decode').fill(a.decode);
   await page.getByTestId('bench-official').fill(a.official);
   await page.getByTestId('bench-kernel-rows').fill(a['kernel-rows']);
+  if (a.profile) await page.getByTestId('bench-profile').check();
   const tracing = a.trace ? await startTrace(tracePort) : null;
   await page.getByTestId('bench-run').click();
   await page.getByTestId('bench-results').waitFor({ timeout: 3_600_000 });

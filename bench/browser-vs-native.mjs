@@ -5,7 +5,11 @@
 //
 //   node bench/browser-vs-native.mjs --dist DIST --bin target/release/rexvqa --model M.gguf
 //     [--mmproj MM.gguf] [--prefill 64] [--decode 16] [--official 4] [--kernel-rows ''] [--runs 1]
-//     [--icd /usr/lib/chromium/vk_swiftshader_icd.json] --out r.json
+//     [--profile] [--icd /usr/lib/chromium/vk_swiftshader_icd.json] --out r.json
+//
+// --profile has both sides time every launch of a token, a prefill pass and an image encode on its
+// own, and adds `kernels`: each pass's device time by kernel on the two sides (the first run of
+// each), with its browser / native speed, so that a gap is named by kernel.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,6 +24,7 @@ const { values: a } = parseArgs({
     decode: { type: 'string', default: '16' }, official: { type: 'string', default: '4' },
     runs: { type: 'string', default: '1' }, 'kernel-rows': { type: 'string', default: '' },
     icd: { type: 'string', default: '/usr/lib/chromium/vk_swiftshader_icd.json' }, out: { type: 'string' },
+    profile: { type: 'boolean', default: false },
   },
 });
 if (!a.bin || !a.model || !a.out) throw new Error('--bin, --model and --out are required');
@@ -32,6 +37,7 @@ function browser(run) {
   const args = [join(here, 'browser-bench.mjs'), '--dist', a.dist, '--model', a.model, '--compute', 'webgpu',
     '--prefill', a.prefill, '--decode', a.decode, '--official', a.official, '--kernel-rows', a['kernel-rows'], '--out', out];
   if (a.mmproj) args.push('--mmproj', a.mmproj);
+  if (a.profile) args.push('--profile');
   execFileSync(process.execPath, args, { stdio: 'inherit' });
   return JSON.parse(readFileSync(out, 'utf8'));
 }
@@ -41,6 +47,7 @@ function native(run) {
   const args = ['bench', '--backend', 'wgpu', '--model', a.model, '--prefill', a.prefill, '--decode', a.decode,
     '--official-max-tokens', a.official, '--kernel-rows', a['kernel-rows'], '--out', out];
   if (a.mmproj) args.push('--mmproj', a.mmproj);
+  if (a.profile) args.push('--profile');
   // The same driver as the browser's: only the ICD named is loaded, so wgpu cannot pick lavapipe.
   const env = { ...process.env, VK_ICD_FILENAMES: a.icd, VK_DRIVER_FILES: a.icd };
   execFileSync(a.bin, args, { stdio: ['ignore', 'ignore', 'inherit'], env });
@@ -84,10 +91,29 @@ for (const k of keys) {
   if (mb[k] == null || mn[k] == null || mb[k] === 0 || mn[k] === 0) continue;
   ratios[k] = lowerIsBetter.has(k) ? mn[k] / mb[k] : mb[k] / mn[k];
 }
+// Each profiled pass's device time by kernel, side by side (first runs): {pass: {gpu_ms, kernels}}.
+function kernelTable(br, nr) {
+  const passes = (j) => Object.fromEntries((j.results.profile?.passes ?? []).map((p) => [p.pass, p]));
+  const pb = passes(br), pn = passes(nr);
+  const speed = (x, y) => (x > 0 && y > 0 ? y / x : null);
+  const out = {};
+  for (const name of Object.keys(pb).filter((p) => p in pn)) {
+    const us = (p) => Object.fromEntries(p.kernels.map((k) => [k.kernel, k.gpu_us]));
+    const kb = us(pb[name]), kn = us(pn[name]);
+    const kernels = [...new Set([...Object.keys(kb), ...Object.keys(kn)])]
+      .map((kernel) => ({ kernel, browser_us: kb[kernel] ?? null, native_us: kn[kernel] ?? null,
+        speed: speed(kb[kernel], kn[kernel]) }))
+      .sort((x, y) => Math.max(y.browser_us ?? 0, y.native_us ?? 0) - Math.max(x.browser_us ?? 0, x.native_us ?? 0));
+    out[name] = { browser_gpu_ms: pb[name].gpu_ms, native_gpu_ms: pn[name].gpu_ms,
+      speed: speed(pb[name].gpu_ms, pn[name].gpu_ms), kernels };
+  }
+  return out;
+}
+const kernels = a.profile ? kernelTable(b[0], n[0]) : null;
 const report = {
   what: 'browser (Chromium WebGPU) / native (rexvqa bench --backend wgpu) on the same Vulkan ICD and files',
   icd: a.icd, model: a.model, mmproj: a.mmproj ?? null, prefill: a.prefill, decode: Number(a.decode),
-  official_max_tokens: Number(a.official), runs, browser: mb, native: mn, ratios,
+  official_max_tokens: Number(a.official), runs, browser: mb, native: mn, ratios, kernels,
   browser_runs: b, native_runs: n,
 };
 writeFileSync(a.out, `${JSON.stringify(report, null, 2)}\n`);
@@ -95,4 +121,13 @@ console.log('figure'.padEnd(30), 'browser'.padStart(12), 'native'.padStart(12), 
 for (const k of keys) {
   const fmt = (v) => (v == null ? '–' : Number(v).toPrecision(4)).padStart(12);
   console.log(k.padEnd(30), fmt(mb[k]), fmt(mn[k]), (ratios[k] == null ? '–' : `${ratios[k].toFixed(2)}×`).padStart(22));
+}
+for (const [pass, t] of Object.entries(kernels ?? {})) {
+  const ms = (v) => (v == null ? '–' : Number(v).toPrecision(4)).padStart(12);
+  const x = (v) => (v == null ? '–' : `${v.toFixed(2)}×`).padStart(22);
+  console.log(`${pass}: device ms`.padEnd(30), ms(t.browser_gpu_ms), ms(t.native_gpu_ms), x(t.speed));
+  for (const k of t.kernels.slice(0, 6)) {
+    const us = (v) => (v == null ? '–' : (v / 1000).toPrecision(4)).padStart(12);
+    console.log(`  ${k.kernel.slice(0, 28)}`.padEnd(30), us(k.browser_us), us(k.native_us), x(k.speed));
+  }
 }

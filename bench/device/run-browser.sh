@@ -21,7 +21,8 @@
 #   trace-tiny a Chrome trace of the tiny pair's Benchmark run, summarised by bench/trace_summary.py
 #   bvn-4b     bench/browser-vs-native.mjs on the synthetic 4B pair that bench/device/run.sh wrote
 #              in an earlier call (KIT_WORK=/opt/kw KIT_KEEP_WORK=1), prefill 300, decode 32, the
-#              matrices at m = 1
+#              matrices at m = 1, and both sides' kernel profiles (its `kernels`: the browser's
+#              prefill gap, 0.40x on an H200, named by kernel)
 # $OUT gets browser-summary.json (each step's status and the ratios), browser.tar (every step's
 # JSON and log) and trace-summary.json; all are rewritten after each step.
 #
@@ -42,7 +43,7 @@ if [ "${1:-}" = --dry-run ]; then
   echo "when every part is there: unpack into $BW/root, then the steps ${BROWSER_STEPS:-bvn-tiny,trace-tiny,bvn-4b}"
   echo "bvn-tiny: node bench/browser-vs-native.mjs --model tiny-q8_0.gguf --mmproj tiny-q8_0-mmproj.gguf --prefill 64 --decode 64 --official 0"
   echo "trace-tiny: node bench/browser-bench.mjs --trace ... ; python3 bench/trace_summary.py --json"
-  echo "bvn-4b: node bench/browser-vs-native.mjs --model medgemma-4b-synthetic-Q4_K_M.gguf --prefill 300 --decode 32 --official 0"
+  echo "bvn-4b: node bench/browser-vs-native.mjs --model medgemma-4b-synthetic-Q4_K_M.gguf --prefill 300 --decode 32 --official 0 --profile"
   exit 0
 fi
 [ -n "${OUT:-}" ] || die "set OUT to the folder that receives the results"
@@ -191,7 +192,7 @@ model=$(ls "${KIT_WORK:-/nonexistent}"/synthetic/medgemma-4b-synthetic-Q4_K_M.gg
 if [ -n "$model" ]; then
   step bvn-4b 330 node bench/browser-vs-native.mjs --dist "$DIST" --bin "$R/rexvqa.sh" --icd "$ICD" \
     --model "$model" --mmproj "$(dirname "$model")/mmproj-medgemma-4b-synthetic-F16.gguf" --prefill 300 --decode 32 \
-    --official 0 --kernel-rows 1 --out "$RES/bvn-4b.json"
+    --official 0 --kernel-rows 1 --profile --out "$RES/bvn-4b.json"
 else
   say "bvn-4b: skipped, no synthetic 4B pair under KIT_WORK"
 fi

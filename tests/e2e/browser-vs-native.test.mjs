@@ -3,7 +3,7 @@
 // ratios. Run here on the tiny text GGUF so the script cannot rot (without the mmproj: the image
 // and question figures would add minutes on SwiftShader, and bench.test.mjs covers them in the
 // card); no timing is asserted, only that every figure was measured on both sides and its ratio
-// computed.
+// computed, and with --profile that each pass's kernels were timed on both sides.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -18,7 +18,8 @@ test('browser-vs-native: both sides measured, ratios written', { timeout: 600_00
   try {
     const out = join(tmp, 'bvn.json');
     execFileSync(process.execPath, ['bench/browser-vs-native.mjs', '--dist', DIST, '--bin', BIN,
-      '--model', join(FIX, 'tiny-q8_0.gguf'), '--prefill', '32', '--decode', '4', '--official', '1', '--kernel-rows', '', '--out', out],
+      '--model', join(FIX, 'tiny-q8_0.gguf'), '--prefill', '32', '--decode', '4', '--official', '1', '--kernel-rows', '',
+      '--profile', '--out', out],
     { stdio: ['ignore', 'inherit', 'inherit'], timeout: 540_000 });
     const r = JSON.parse(readFileSync(out, 'utf8'));
     assert.equal(r.browser_runs.length, 1);
@@ -32,6 +33,16 @@ test('browser-vs-native: both sides measured, ratios written', { timeout: 600_00
         assert.ok(Number.isFinite(r[side][k]) && r[side][k] > 0, `${side} ${k}: ${r[side][k]}`);
       }
       assert.ok(Number.isFinite(r.ratios[k]) && r.ratios[k] > 0, `ratio ${k}: ${r.ratios[k]}`);
+    }
+    // --profile: a token's and the prefill's device time by kernel on both sides, the same
+    // kernels on each (one engine), every one timed.
+    assert.deepEqual(Object.keys(r.kernels), ['token', 'prefill 32']);
+    for (const [pass, t] of Object.entries(r.kernels)) {
+      assert.ok(t.browser_gpu_ms > 0 && t.native_gpu_ms > 0 && t.speed > 0, `${pass}: ${JSON.stringify(t)}`);
+      assert.ok(t.kernels.length > 0, pass);
+      for (const k of t.kernels) {
+        assert.ok(k.browser_us >= 0 && k.native_us >= 0, `${pass}: ${JSON.stringify(k)}`);
+      }
     }
   } finally {
     rmSync(tmp, { recursive: true, force: true });
