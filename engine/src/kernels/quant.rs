@@ -1022,10 +1022,72 @@ fn stage_run<H: CubePrimitive, L: List<f32>>(
     }
 }
 
+/// Weights `j0 .. j0 + 4` of row `r` of a product's matrix into `ws[at ..]` ([`stage_run`] of
+/// `w`'s `n1` rows, then with `stacked` of `w2`'s, as [`weight_at`] reads them), 0 past row `n`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_weight_run<H: CubePrimitive, L: List<f32>>(
+    w: &Tensor<u32>,
+    wh: &Tensor<H>,
+    w2: &Tensor<u32>,
+    wh2: &Tensor<H>,
+    r: usize,
+    j0: usize,
+    k: usize,
+    n: usize,
+    n1: usize,
+    rw: usize,
+    rw2: usize,
+    ws: &mut L,
+    at: usize,
+    #[comptime] ty: u32,
+    #[comptime] ty2: u32,
+    #[comptime] stacked: bool,
+    #[comptime] native: bool,
+) {
+    if r < n {
+        if comptime!(stacked) {
+            if r < n1 {
+                stage_run::<H, L>(w, wh, r * rw, j0, k, ws, at, ty, native);
+            } else {
+                stage_run::<H, L>(w2, wh2, (r - n1) * rw2, j0, k, ws, at, ty2, native);
+            }
+        } else {
+            stage_run::<H, L>(w, wh, r * rw, j0, k, ws, at, ty, native);
+        }
+    } else {
+        #[unroll]
+        for t in 0..4usize {
+            ws[at + t] = 0.0f32;
+        }
+    }
+}
+
+/// Inputs `j0 .. j0 + 4` of row `r` of `x` (`m` rows of `k`) into `xs[at ..]`, 0 past either end.
+#[cube]
+fn stage_input_run<L: List<f32>>(
+    x: &Tensor<f32>,
+    r: usize,
+    j0: usize,
+    m: usize,
+    k: usize,
+    xs: &mut L,
+    at: usize,
+) {
+    #[unroll]
+    for t in 0..4usize {
+        let mut xv = 0.0f32;
+        if r < m && j0 + t < k {
+            xv = x[r * k + j0 + t];
+        }
+        xs[at + t] = xv;
+    }
+}
+
 /// `out[m, r] = Σ_j x[m, j] · W[r, j]` for many input rows (prefill, vision): a workgroup stages
 /// a 64 × 16 slice of `x` and the same slice of 64 weight rows, decoded once, in workgroup
-/// memory, and each invocation accumulates a `per` × `per` block of outputs from it ([`TILE_PER`];
-/// the workgroup is `64/per` invocations a side). Each weight is decoded once per 64 input rows
+/// memory, and each invocation accumulates a `per` × `per` block of outputs from it (`per` =
+/// [`TILE_PER`]; the workgroup is `64/per` invocations a side). Each weight is decoded once per 64 input rows
 /// instead of once per output. The matrix and `stacked` are as in [`qmatmul_kernel`] (no `gelu`
 /// form: prefill keeps the GELU kernel).
 #[cube(launch)]
@@ -1049,7 +1111,6 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     #[comptime] ty2: u32,
     #[comptime] stacked: bool,
     #[comptime] native: bool,
-    #[comptime] per: u32,
     #[define(H)] _half: ElemType,
 ) {
     let m = m as usize;
@@ -1058,7 +1119,7 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     let n1 = n1 as usize;
     let rw = row_words as usize;
     let rw2 = row_words2 as usize;
-    let per = comptime!(per as usize);
+    let per = comptime!(TILE_PER as usize);
     let side = comptime!(TILE / per);
     let threads = comptime!(side * side);
     let loads = comptime!(TILE * TILE_K / threads);
@@ -1085,51 +1146,26 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
             let c0 = (e % (TILE_K / 4)) * 4;
             let j0 = k0 + c0;
             let at = rr * STRIDE + c0;
-            #[unroll]
-            for t in 0..4usize {
-                let mut xv = 0.0f32;
-                if bm + rr < m && j0 + t < k {
-                    xv = x[(bm + rr) * k + j0 + t];
-                }
-                xs[at + t] = xv;
-            }
-            let r = bn + rr;
-            if r < n {
-                if comptime!(stacked) {
-                    if r < n1 {
-                        stage_run::<H, Shared<[f32]>>(
-                            w,
-                            wh,
-                            r * rw,
-                            j0,
-                            k,
-                            &mut ws,
-                            at,
-                            ty,
-                            native,
-                        );
-                    } else {
-                        stage_run::<H, Shared<[f32]>>(
-                            w2,
-                            wh2,
-                            (r - n1) * rw2,
-                            j0,
-                            k,
-                            &mut ws,
-                            at,
-                            ty2,
-                            native,
-                        );
-                    }
-                } else {
-                    stage_run::<H, Shared<[f32]>>(w, wh, r * rw, j0, k, &mut ws, at, ty, native);
-                }
-            } else {
-                #[unroll]
-                for t in 0..4usize {
-                    ws[at + t] = 0.0f32;
-                }
-            }
+            stage_input_run::<Shared<[f32]>>(x, bm + rr, j0, m, k, &mut xs, at);
+            stage_weight_run::<H, Shared<[f32]>>(
+                w,
+                wh,
+                w2,
+                wh2,
+                bn + rr,
+                j0,
+                k,
+                n,
+                n1,
+                rw,
+                rw2,
+                &mut ws,
+                at,
+                ty,
+                ty2,
+                stacked,
+                native,
+            );
         }
         sync_cube();
         #[unroll]
@@ -1249,63 +1285,27 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
         for i in 0..4usize {
             let rr = rg * 4 + i;
             if stages_w {
-                let r = bn + rr;
-                if r < n {
-                    if comptime!(stacked) {
-                        if r < n1 {
-                            stage_run::<H, Array<f32>>(
-                                w,
-                                wh,
-                                r * rw,
-                                j0,
-                                k,
-                                &mut vals,
-                                i * 4,
-                                ty,
-                                native,
-                            );
-                        } else {
-                            stage_run::<H, Array<f32>>(
-                                w2,
-                                wh2,
-                                (r - n1) * rw2,
-                                j0,
-                                k,
-                                &mut vals,
-                                i * 4,
-                                ty2,
-                                native,
-                            );
-                        }
-                    } else {
-                        stage_run::<H, Array<f32>>(
-                            w,
-                            wh,
-                            r * rw,
-                            j0,
-                            k,
-                            &mut vals,
-                            i * 4,
-                            ty,
-                            native,
-                        );
-                    }
-                } else {
-                    #[unroll]
-                    for t in 0..4usize {
-                        vals[i * 4 + t] = 0.0f32;
-                    }
-                }
+                stage_weight_run::<H, Array<f32>>(
+                    w,
+                    wh,
+                    w2,
+                    wh2,
+                    bn + rr,
+                    j0,
+                    k,
+                    n,
+                    n1,
+                    rw,
+                    rw2,
+                    &mut vals,
+                    i * 4,
+                    ty,
+                    ty2,
+                    stacked,
+                    native,
+                );
             } else {
-                let r = bm + rr;
-                #[unroll]
-                for t in 0..4usize {
-                    let mut xv = 0.0f32;
-                    if r < m && j0 + t < k {
-                        xv = x[r * k + j0 + t];
-                    }
-                    vals[i * 4 + t] = xv;
-                }
+                stage_input_run::<Array<f32>>(x, bm + rr, j0, m, k, &mut vals, i * 4);
             }
         }
         #[unroll]

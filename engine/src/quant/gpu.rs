@@ -320,35 +320,25 @@ fn launch_qmatmul(
                 !p.gelu,
                 "the tiled kernel has no GELU form (QMatrix checks)"
             );
+            // Scalar: TILE-wide tiles, TILE / TILE_PER invocations a side (the kernel's own
+            // constants); vector: VEC_SIDE a side, each `per` outputs wide.
+            let (tile, side, vector) = match tile_form() {
+                TileForm::Scalar => (TILE, TILE as u32 / TILE_PER, None),
+                TileForm::Vector(per) => ((VEC_SIDE * per) as usize, VEC_SIDE, Some(per)),
+            };
+            let cube_dim = cubecl::CubeDim::new_2d(side, side);
+            let cube_count =
+                cubecl::CubeCount::Static(n.div_ceil(tile) as u32, m.div_ceil(tile) as u32, 1);
             let (xa, wa, wha, w2a, wh2a, oa) = args();
-            match tile_form() {
-                TileForm::Scalar => {
-                    let per = TILE_PER;
-                    let side = TILE as u32 / per;
-                    let cube_dim = cubecl::CubeDim::new_2d(side, side);
-                    let cube_count = cubecl::CubeCount::Static(
-                        n.div_ceil(TILE) as u32,
-                        m.div_ceil(TILE) as u32,
-                        1,
-                    );
-                    qmatmul_tiled_kernel::launch(
-                        &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32,
-                        n1, wpr, wpr2, ld, col0, ty, ty2, stacked, native, per, h_elem,
-                    );
-                }
-                TileForm::Vector(per) => {
-                    let tile = (VEC_SIDE * per) as usize;
-                    let cube_dim = cubecl::CubeDim::new_2d(VEC_SIDE, VEC_SIDE);
-                    let cube_count = cubecl::CubeCount::Static(
-                        n.div_ceil(tile) as u32,
-                        m.div_ceil(tile) as u32,
-                        1,
-                    );
-                    qmatmul_tiled_vec_kernel::launch(
-                        &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32,
-                        n1, wpr, wpr2, ld, col0, ty, ty2, stacked, native, per, h_elem,
-                    );
-                }
+            match vector {
+                None => qmatmul_tiled_kernel::launch(
+                    &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1,
+                    wpr, wpr2, ld, col0, ty, ty2, stacked, native, h_elem,
+                ),
+                Some(per) => qmatmul_tiled_vec_kernel::launch(
+                    &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1,
+                    wpr, wpr2, ld, col0, ty, ty2, stacked, native, per, h_elem,
+                ),
             }
         }
         Kernel::Naive | Kernel::Auto => {
