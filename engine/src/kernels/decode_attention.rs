@@ -102,13 +102,13 @@ fn decode_attention_kernel(
                 score = f32::new(SKIP);
             }
         }
-        let mn = max(m, workgroup_max(score));
+        let mn = max(m, workgroup_max(score, ROW_THREADS as usize));
         let mut p = 0.0f32;
         if keep {
             p = (score - mn).exp();
         }
         ps[lane] = p;
-        let chunk = workgroup_sum(p);
+        let chunk = workgroup_sum(p, ROW_THREADS as usize);
         let corr = (m - mn).exp();
         l = l * corr + chunk;
         if lane < d {

@@ -17,13 +17,16 @@ pub(crate) const ROW_THREADS: u32 = 256;
 pub(super) const ELEMENT_THREADS: u32 = 256;
 
 /// The sum of `partial` over the workgroup, returned to every invocation: a tree in workgroup
-/// memory (1 KiB), `CUBE_DIM_X` a power of two of at most [`ROW_THREADS`]. A caller that calls
-/// it again from the same call site (in a loop) must pass a barrier in between: the next call
-/// overwrites the slot the last one read.
+/// memory of `threads` floats, `threads` = `CUBE_DIM_X`, a power of two of at most
+/// [`ROW_THREADS`]. The slots are sized to the workgroup because WebGPU zero-initialises
+/// workgroup memory and SwiftShader does it in every subgroup over the whole variable (its
+/// `EmitVariable`), so a 256-float tree in a 32-lane workgroup cost 8x its stores. A caller that
+/// calls it again from the same call site (in a loop) must pass a barrier in between: the next
+/// call overwrites the slot the last one read.
 #[cube]
-pub(crate) fn workgroup_sum(partial: f32) -> f32 {
+pub(crate) fn workgroup_sum(partial: f32, #[comptime] threads: usize) -> f32 {
     let lane = UNIT_POS_X as usize;
-    let mut sums = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    let mut sums = Shared::<[f32]>::new_slice(threads);
     sums[lane] = partial;
     sync_cube();
     // From the runtime CUBE_DIM_X: a constant initialiser would be folded into a comptime value
@@ -42,9 +45,9 @@ pub(crate) fn workgroup_sum(partial: f32) -> f32 {
 
 /// The maximum of `partial` over the workgroup, as [`workgroup_sum`].
 #[cube]
-pub(crate) fn workgroup_max(partial: f32) -> f32 {
+pub(crate) fn workgroup_max(partial: f32, #[comptime] threads: usize) -> f32 {
     let lane = UNIT_POS_X as usize;
-    let mut maxes = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
+    let mut maxes = Shared::<[f32]>::new_slice(threads);
     maxes[lane] = partial;
     sync_cube();
     let mut stride = (CUBE_DIM_X / 2) as usize;
@@ -61,7 +64,7 @@ pub(crate) fn workgroup_max(partial: f32) -> f32 {
 
 /// `Σ x²` over row `base..base + d`, summed by the whole workgroup.
 #[cube]
-fn row_sum_squares(x: &Tensor<f32>, base: usize, d: usize) -> f32 {
+fn row_sum_squares(x: &Tensor<f32>, base: usize, d: usize, #[comptime] threads: usize) -> f32 {
     let mut partial = 0.0f32;
     let mut j = UNIT_POS_X as usize;
     while j < d {
@@ -69,17 +72,27 @@ fn row_sum_squares(x: &Tensor<f32>, base: usize, d: usize) -> f32 {
         partial += v * v;
         j += CUBE_DIM_X as usize;
     }
-    workgroup_sum(partial)
+    workgroup_sum(partial, threads)
 }
 
 /// Most values of a row each invocation holds in registers in the norms' register form
 /// (`per`): rows up to 16 · [`ROW_THREADS`] = 4,096 wide.
 pub(crate) const MAX_PER: usize = 16;
 
-/// The `per` (values an invocation holds) of the norm kernels for rows of `d`: 0, the streaming
-/// form, for rows past [`MAX_PER`] · [`ROW_THREADS`].
+/// Invocations of a row kernel's workgroup for rows of `d`: the power of two at or above `d`,
+/// from 32 (a GPU's narrowest subgroup) to [`ROW_THREADS`]. Every barrier of the reduction
+/// waits on the whole workgroup, so idle lanes are not free: software adapters run a barrier by
+/// switching between the workgroup's invocations, and a 32-wide head given 256 lanes paid 8x
+/// (SwiftShader, tiny pair's 32-token prefill: q/k norm 340 ms natively, 542 ms in Chromium).
+pub(crate) fn row_threads(d: usize) -> u32 {
+    d.next_power_of_two().clamp(32, ROW_THREADS as usize) as u32
+}
+
+/// The `per` (values an invocation holds) of the norm kernels for rows of `d`, with
+/// [`row_threads`] invocations: 0, the streaming form, for rows past [`MAX_PER`] ·
+/// [`ROW_THREADS`].
 pub(crate) fn per_lane(d: usize) -> usize {
-    let per = d.div_ceil(ROW_THREADS as usize);
+    let per = d.div_ceil(row_threads(d) as usize);
     if per <= MAX_PER { per } else { 0 }
 }
 
@@ -88,12 +101,18 @@ pub(crate) fn per_lane(d: usize) -> usize {
 /// each load in turn paid the memory latency ten times for a 2,560-wide row (an H200 took
 /// 11 µs for one RMSNorm row and 16 µs for the sandwich norm's two, 2026-11-27).
 #[cube]
-fn load_lane(x: &Tensor<f32>, base: usize, d: usize, #[comptime] per: usize) -> Array<f32> {
+fn load_lane(
+    x: &Tensor<f32>,
+    base: usize,
+    d: usize,
+    #[comptime] per: usize,
+    #[comptime] threads: usize,
+) -> Array<f32> {
     let lane = UNIT_POS_X as usize;
     let mut vs = Array::<f32>::new(per);
     #[unroll]
     for u in 0..per {
-        let j = lane + u * ROW_THREADS as usize;
+        let j = lane + u * threads;
         let mut v = 0.0f32;
         if j < d {
             v = x[base + j];
@@ -106,13 +125,19 @@ fn load_lane(x: &Tensor<f32>, base: usize, d: usize, #[comptime] per: usize) -> 
 /// `1 / sqrt(mean(x²) + eps)` of the row whose values the workgroup's invocations hold in
 /// `xs` ([`load_lane`]): the register form of [`row_sum_squares`], in its order.
 #[cube]
-fn lane_inv_rms(xs: &Array<f32>, d: usize, eps: f32, #[comptime] per: usize) -> f32 {
+fn lane_inv_rms(
+    xs: &Array<f32>,
+    d: usize,
+    eps: f32,
+    #[comptime] per: usize,
+    #[comptime] threads: usize,
+) -> f32 {
     let mut partial = 0.0f32;
     #[unroll]
     for u in 0..per {
         partial += xs[u] * xs[u];
     }
-    let ms = workgroup_sum(partial) / d as f32;
+    let ms = workgroup_sum(partial, threads) / d as f32;
     1.0f32 / (ms + eps).sqrt()
 }
 
@@ -134,6 +159,7 @@ pub(super) fn rms_norm_kernel(
     eps: f32,
     #[comptime] has_residual: bool,
     #[comptime] per: usize,
+    #[comptime] threads: usize,
 ) {
     let row = CUBE_POS;
     if row >= rows as usize {
@@ -143,16 +169,16 @@ pub(super) fn rms_norm_kernel(
     let base = row * d;
     if comptime!(per > 0) {
         let lane = UNIT_POS_X as usize;
-        let xs = load_lane(x, base, d, per);
-        let ws = load_lane(w, 0, d, per);
+        let xs = load_lane(x, base, d, per, threads);
+        let ws = load_lane(w, 0, d, per, threads);
         let mut rs = Array::<f32>::new(per);
         if comptime!(has_residual) {
-            rs = load_lane(residual, base, d, per);
+            rs = load_lane(residual, base, d, per, threads);
         }
-        let inv = lane_inv_rms(&xs, d, eps, per);
+        let inv = lane_inv_rms(&xs, d, eps, per, threads);
         #[unroll]
         for u in 0..per {
-            let j = lane + u * ROW_THREADS as usize;
+            let j = lane + u * threads;
             if j < d {
                 let y = xs[u] * inv * ws[u];
                 if comptime!(has_residual) {
@@ -163,7 +189,7 @@ pub(super) fn rms_norm_kernel(
             }
         }
     } else {
-        let ms = row_sum_squares(x, base, d) / d as f32;
+        let ms = row_sum_squares(x, base, d, threads) / d as f32;
         let inv = 1.0f32 / (ms + eps).sqrt();
         let mut j = UNIT_POS_X as usize;
         while j < d {
@@ -196,6 +222,7 @@ pub(super) fn add_rms_norm_then_norm_kernel(
     d: u32,
     eps: f32,
     #[comptime] per: usize,
+    #[comptime] threads: usize,
 ) {
     let row = CUBE_POS;
     if row >= rows as usize {
@@ -205,34 +232,34 @@ pub(super) fn add_rms_norm_then_norm_kernel(
     let base = row * d;
     if comptime!(per > 0) {
         let lane = UNIT_POS_X as usize;
-        let xs = load_lane(x, base, d, per);
-        let rs = load_lane(residual, base, d, per);
-        let ws = load_lane(w, 0, d, per);
-        let w2s = load_lane(w2, 0, d, per);
-        let inv = lane_inv_rms(&xs, d, eps, per);
+        let xs = load_lane(x, base, d, per, threads);
+        let rs = load_lane(residual, base, d, per, threads);
+        let ws = load_lane(w, 0, d, per, threads);
+        let w2s = load_lane(w2, 0, d, per, threads);
+        let inv = lane_inv_rms(&xs, d, eps, per, threads);
         let mut hs = Array::<f32>::new(per);
         let mut partial2 = 0.0f32;
         #[unroll]
         for u in 0..per {
             let v = rs[u] + xs[u] * inv * ws[u];
             hs[u] = v;
-            let j = lane + u * ROW_THREADS as usize;
+            let j = lane + u * threads;
             if j < d {
                 h[base + j] = v;
                 partial2 += v * v;
             }
         }
-        let ms2 = workgroup_sum(partial2) / d as f32;
+        let ms2 = workgroup_sum(partial2, threads) / d as f32;
         let inv2 = 1.0f32 / (ms2 + eps).sqrt();
         #[unroll]
         for u in 0..per {
-            let j = lane + u * ROW_THREADS as usize;
+            let j = lane + u * threads;
             if j < d {
                 hn[base + j] = hs[u] * inv2 * w2s[u];
             }
         }
     } else {
-        let ms = row_sum_squares(x, base, d) / d as f32;
+        let ms = row_sum_squares(x, base, d, threads) / d as f32;
         let inv = 1.0f32 / (ms + eps).sqrt();
         let mut partial = 0.0f32;
         let mut j = UNIT_POS_X as usize;
@@ -242,7 +269,7 @@ pub(super) fn add_rms_norm_then_norm_kernel(
             partial += v * v;
             j += CUBE_DIM_X as usize;
         }
-        let ms2 = workgroup_sum(partial) / d as f32;
+        let ms2 = workgroup_sum(partial, threads) / d as f32;
         let inv2 = 1.0f32 / (ms2 + eps).sqrt();
         j = UNIT_POS_X as usize;
         while j < d {
@@ -266,6 +293,7 @@ pub(super) fn rms_norm_rope_kernel(
     heads: u32,
     d: u32,
     eps: f32,
+    #[comptime] threads: usize,
 ) {
     let row = CUBE_POS;
     if row >= rows as usize {
@@ -275,7 +303,7 @@ pub(super) fn rms_norm_rope_kernel(
     let half = d / 2;
     let base = row * d;
     let table = (row / heads as usize) * half;
-    let ms = row_sum_squares(x, base, d) / d as f32;
+    let ms = row_sum_squares(x, base, d, threads) / d as f32;
     let inv = 1.0f32 / (ms + eps).sqrt();
     let mut i = UNIT_POS_X as usize;
     while i < half {
@@ -314,6 +342,7 @@ pub(super) fn qk_norm_rope_store_kernel(
     cap: u32,
     pos: u32,
     eps: f32,
+    #[comptime] threads: usize,
 ) {
     let row = CUBE_POS;
     let q_rows = (t * heads) as usize;
@@ -345,7 +374,7 @@ pub(super) fn qk_norm_rope_store_kernel(
         partial += x * x;
         j += CUBE_DIM_X as usize;
     }
-    let ms = workgroup_sum(partial) / d as f32;
+    let ms = workgroup_sum(partial, threads) / d as f32;
     let inv = 1.0f32 / (ms + eps).sqrt();
     let mut i = UNIT_POS_X as usize;
     while i < half {
@@ -383,6 +412,7 @@ pub(super) fn layer_norm_kernel(
     rows: u32,
     d: u32,
     eps: f32,
+    #[comptime] threads: usize,
 ) {
     let row = CUBE_POS;
     if row >= rows as usize {
@@ -396,7 +426,7 @@ pub(super) fn layer_norm_kernel(
         partial += x[base + j];
         j += CUBE_DIM_X as usize;
     }
-    let mean = workgroup_sum(partial) / d as f32;
+    let mean = workgroup_sum(partial, threads) / d as f32;
     let mut squares = 0.0f32;
     j = UNIT_POS_X as usize;
     while j < d {
@@ -404,7 +434,7 @@ pub(super) fn layer_norm_kernel(
         squares += c * c;
         j += CUBE_DIM_X as usize;
     }
-    let var = workgroup_sum(squares) / d as f32;
+    let var = workgroup_sum(squares, threads) / d as f32;
     let inv = 1.0f32 / (var + eps).sqrt();
     j = UNIT_POS_X as usize;
     while j < d {

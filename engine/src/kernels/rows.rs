@@ -22,7 +22,7 @@ use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::em
 use super::row_kernels::{
     ELEMENT_THREADS, ROW_THREADS, add_rms_norm_then_norm_kernel, argmax_final_kernel,
     argmax_partial_kernel, gelu_halves_kernel, gelu_kernel, layer_norm_kernel, per_lane,
-    qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel,
+    qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel, row_threads,
 };
 use crate::kernels::forms::{self, Form};
 
@@ -199,10 +199,12 @@ fn rows_of(x: &CubeTensor) -> (usize, usize) {
     (shape.num_elements() / d.max(1), d)
 }
 
-/// One workgroup of [`ROW_THREADS`] per row, over a 2-D grid when rows pass one dimension.
-fn row_launch(x: &CubeTensor, rows: usize) -> (cubecl::CubeCount, cubecl::CubeDim) {
-    let dim = cubecl::CubeDim::new_1d(ROW_THREADS);
-    let count = cubecl::calculate_cube_count_elemwise(&x.client, rows * ROW_THREADS as usize, dim);
+/// One workgroup of [`row_threads`]`(d)` per row of `d`, over a 2-D grid when rows pass one
+/// dimension.
+fn row_launch(x: &CubeTensor, rows: usize, d: usize) -> (cubecl::CubeCount, cubecl::CubeDim) {
+    let threads = row_threads(d);
+    let dim = cubecl::CubeDim::new_1d(threads);
+    let count = cubecl::calculate_cube_count_elemwise(&x.client, rows * threads as usize, dim);
     (count, dim)
 }
 
@@ -221,7 +223,7 @@ impl RowOps for CubeBackend {
         );
         let (rows, d) = rows_of(&x);
         let out = empty_like(&x);
-        let (count, dim) = row_launch(&x, rows);
+        let (count, dim) = row_launch(&x, rows, d);
         let passes = if has_residual { 3 } else { 2 };
         crate::launches::note_bytes((passes * rows * d + d) * 4);
         rms_norm_kernel::launch(
@@ -237,6 +239,7 @@ impl RowOps for CubeBackend {
             eps,
             has_residual,
             per_lane(d),
+            row_threads(d) as usize,
         );
         out
     }
@@ -252,7 +255,7 @@ impl RowOps for CubeBackend {
         let (residual, w2) = (into_contiguous(residual), into_contiguous(w2));
         let (rows, d) = rows_of(&x);
         let (h, hn) = (empty_like(&x), empty_like(&x));
-        let (count, dim) = row_launch(&x, rows);
+        let (count, dim) = row_launch(&x, rows, d);
         // x and the residual read, h and its norm written, two weight vectors.
         crate::launches::note_bytes((4 * rows * d + 2 * d) * 4);
         add_rms_norm_then_norm_kernel::launch(
@@ -269,6 +272,7 @@ impl RowOps for CubeBackend {
             d as u32,
             eps,
             per_lane(d),
+            row_threads(d) as usize,
         );
         (h, hn)
     }
@@ -284,7 +288,7 @@ impl RowOps for CubeBackend {
         let (cos, sin) = (into_contiguous(cos), into_contiguous(sin));
         let [t, heads, d] = x.meta.shape().dims::<3>();
         let out = empty_like(&x);
-        let (count, dim) = row_launch(&x, t * heads);
+        let (count, dim) = row_launch(&x, t * heads, d);
         crate::launches::note_bytes((2 * t * heads * d + d + t * d) * 4);
         rms_norm_rope_kernel::launch(
             &x.client,
@@ -299,6 +303,7 @@ impl RowOps for CubeBackend {
             heads as u32,
             d as u32,
             eps,
+            row_threads(d) as usize,
         );
         out
     }
@@ -327,7 +332,7 @@ impl RowOps for CubeBackend {
             [t, heads, d].into(),
             DType::F32,
         );
-        let (count, dim) = row_launch(&qkv, t * (heads + kv_heads));
+        let (count, dim) = row_launch(&qkv, t * (heads + kv_heads), d);
         // The product read, q and the new keys and values written, norms, table.
         let width = (heads + 2 * kv_heads) * d;
         crate::launches::note_bytes((2 * t * width + 2 * d + t * d) * 4);
@@ -348,6 +353,7 @@ impl RowOps for CubeBackend {
             cap as u32,
             pos as u32,
             eps,
+            row_threads(d) as usize,
         );
         (q_out, k_buf, v_buf)
     }
@@ -356,7 +362,7 @@ impl RowOps for CubeBackend {
         let (x, w, b) = (into_contiguous(x), into_contiguous(w), into_contiguous(b));
         let (rows, d) = rows_of(&x);
         let out = empty_like(&x);
-        let (count, dim) = row_launch(&x, rows);
+        let (count, dim) = row_launch(&x, rows, d);
         crate::launches::note_bytes((2 * rows * d + 2 * d) * 4);
         layer_norm_kernel::launch(
             &x.client,
@@ -369,6 +375,7 @@ impl RowOps for CubeBackend {
             rows as u32,
             d as u32,
             eps,
+            row_threads(d) as usize,
         );
         out
     }
@@ -458,8 +465,11 @@ impl RowOps for CubeBackend {
     }
 }
 
-/// Columns each workgroup of [`argmax_partial_kernel`] scans at least (four a lane).
-const ARGMAX_MIN_CHUNK: usize = 4 * ROW_THREADS as usize;
+/// Columns each workgroup of [`argmax_partial_kernel`] scans at least (sixteen a lane): a
+/// vocabulary row of 262,144 is 64 workgroups, still a 4 KiB read each, where four a lane made
+/// 256 workgroups whose reductions (9 barriers each) cost more than their reads on a software
+/// adapter (SwiftShader: 98 ms of a tiny pair's token in Chromium, 29-50 ms natively).
+const ARGMAX_MIN_CHUNK: usize = 16 * ROW_THREADS as usize;
 
 /// Workgroups per row of the argmax's first pass, at most one for each lane of the second.
 fn argmax_groups(n: usize) -> usize {
