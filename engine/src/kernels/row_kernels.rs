@@ -584,3 +584,32 @@ pub(super) fn argmax_final_kernel(
         out[r] = won;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_PER, ROW_THREADS, per_lane, row_threads};
+
+    /// Narrow rows get narrow workgroups, MedGemma's widths keep 256 lanes, and the register
+    /// form ends exactly at 16 values a lane of 256.
+    #[test]
+    fn row_workgroups_fit_their_rows() {
+        let cases = [
+            (1, 32, 1),
+            (18, 32, 1),
+            (32, 32, 1),
+            (33, 64, 1),
+            (72, 128, 1),
+            (97, 128, 1),
+            (256, 256, 1),
+            (300, 256, 2),
+            (1152, 256, 5),
+            (2560, 256, 10),
+            (4096, 256, 16),
+            (4097, 256, 0),
+        ];
+        for (d, threads, per) in cases {
+            assert_eq!((row_threads(d), per_lane(d)), (threads, per), "row of {d}");
+        }
+        assert_eq!(MAX_PER * ROW_THREADS as usize, 4096);
+    }
+}
