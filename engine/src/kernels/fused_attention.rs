@@ -19,8 +19,17 @@ use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
-/// Query rows per workgroup.
+/// Query rows per workgroup, at most.
 const WORKGROUP: u32 = 64;
+
+/// Query rows per workgroup for `t` rows: [`WORKGROUP`], or the power of two at or above `t`
+/// (4 at least) for fewer. The whole workgroup stages the key and value tiles, so lanes
+/// without a row only share that work, while each waits at every barrier; and SwiftShader
+/// zero-initialises the tiles in every subgroup of 4 lanes (a tiny pair's decoded token:
+/// attention 21 ms in Chromium, 7 ms natively, with 64 lanes for its one row).
+fn workgroup_for(t: usize) -> u32 {
+    t.next_power_of_two().clamp(4, WORKGROUP as usize) as u32
+}
 
 /// Workgroup memory for one K tile and one V tile stays under WebGPU's default 16 KiB limit.
 const TILE_FLOATS: usize = 1920;
@@ -338,8 +347,9 @@ impl AttentionOps for CubeBackend {
         crate::launches::note_bytes(2 * heads * t * d * 4 + 2 * kv_heads * s * d * 4 + mask_bytes);
         // q·k and p·v: a multiply-add each per head, query, key and dimension.
         crate::launches::note_flop(4 * (heads * t) as u64 * (s * d) as u64);
+        let workgroup = workgroup_for(t);
         let cube_count =
-            cubecl::CubeCount::Static(t.div_ceil(WORKGROUP as usize) as u32, heads as u32, 1);
+            cubecl::CubeCount::Static(t.div_ceil(workgroup as usize) as u32, heads as u32, 1);
         let launch = if vector_form() && d % 4 == 0 {
             attention_vec_kernel::launch
         } else {
@@ -348,7 +358,7 @@ impl AttentionOps for CubeBackend {
         launch(
             &client,
             cube_count,
-            cubecl::CubeDim::new_1d(WORKGROUP),
+            cubecl::CubeDim::new_1d(workgroup),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),

@@ -488,12 +488,13 @@ fn argmax_beats(a: f32, ai: u32, b: f32, bi: u32, none: u32) -> bool {
 }
 
 /// The column of the best `(value, column)` pair over the workgroup ([`argmax_beats`]),
-/// returned to every invocation: a tree in workgroup memory, as [`workgroup_sum`].
+/// returned to every invocation: a tree in workgroup memory of `threads` slots, as
+/// [`workgroup_sum`].
 #[cube]
-fn workgroup_argmax(best: f32, best_i: u32, none: u32) -> u32 {
+fn workgroup_argmax(best: f32, best_i: u32, none: u32, #[comptime] threads: usize) -> u32 {
     let lane = UNIT_POS_X as usize;
-    let mut vals = Shared::<[f32]>::new_slice(ROW_THREADS as usize);
-    let mut ids = Shared::<[u32]>::new_slice(ROW_THREADS as usize);
+    let mut vals = Shared::<[f32]>::new_slice(threads);
+    let mut ids = Shared::<[u32]>::new_slice(threads);
     vals[lane] = best;
     ids[lane] = best_i;
     sync_cube();
@@ -525,6 +526,7 @@ pub(super) fn argmax_partial_kernel(
     ids: &mut Tensor<u32>,
     n: u32,
     chunk: u32,
+    #[comptime] threads: usize,
 ) {
     let (g, r) = (CUBE_POS_X as usize, CUBE_POS_Y as usize);
     let lane = UNIT_POS_X as usize;
@@ -544,7 +546,7 @@ pub(super) fn argmax_partial_kernel(
         }
         j += CUBE_DIM_X as usize;
     }
-    let won = workgroup_argmax(best, best_i, n);
+    let won = workgroup_argmax(best, best_i, n, threads);
     if lane == 0 {
         let slot = r * CUBE_COUNT_X as usize + g;
         ids[slot] = won;
@@ -564,6 +566,7 @@ pub(super) fn argmax_final_kernel(
     out: &mut Tensor<u32>,
     n: u32,
     groups: u32,
+    #[comptime] threads: usize,
 ) {
     let r = CUBE_POS_Y as usize;
     let lane = UNIT_POS_X as usize;
@@ -579,7 +582,7 @@ pub(super) fn argmax_final_kernel(
         }
         g += CUBE_DIM_X as usize;
     }
-    let won = workgroup_argmax(best, best_i, n);
+    let won = workgroup_argmax(best, best_i, n, threads);
     if lane == 0 {
         out[r] = won;
     }

@@ -440,7 +440,7 @@ impl RowOps for CubeBackend {
         let (vals, ids) = (part(DType::F32), part(DType::U32));
         let out = empty_device_dtype(client.clone(), x.device.clone(), [rows].into(), DType::U32);
         crate::launches::note_bytes(rows * n * 4);
-        let dim = cubecl::CubeDim::new_1d(ROW_THREADS);
+        let dim = cubecl::CubeDim::new_1d(ARGMAX_THREADS);
         argmax_partial_kernel::launch(
             &client,
             cubecl::CubeCount::Static(groups as u32, rows as u32, 1),
@@ -450,6 +450,7 @@ impl RowOps for CubeBackend {
             ids.clone().into_tensor_arg(),
             n as u32,
             chunk as u32,
+            ARGMAX_THREADS as usize,
         );
         argmax_final_kernel::launch(
             &client,
@@ -460,18 +461,25 @@ impl RowOps for CubeBackend {
             out.clone().into_tensor_arg(),
             n as u32,
             groups as u32,
+            ARGMAX_THREADS as usize,
         );
         out
     }
 }
 
-/// Columns each workgroup of [`argmax_partial_kernel`] scans at least (sixteen a lane): a
-/// vocabulary row of 262,144 is 64 workgroups, still a 4 KiB read each, where four a lane made
-/// 256 workgroups whose reductions (9 barriers each) cost more than their reads on a software
-/// adapter (SwiftShader: 98 ms of a tiny pair's token in Chromium, 29-50 ms natively).
-const ARGMAX_MIN_CHUNK: usize = 16 * ROW_THREADS as usize;
+/// Invocations of the argmax's workgroups (both passes): 64 lanes reading sixteen columns
+/// each, where 256 lanes read four. A vocabulary row of 262,144 still spreads over 256
+/// workgroups, but each reduction is 6 barriers over 64 slots, not 8 over 256: on a software
+/// adapter the reductions cost more than the reads, and SwiftShader zero-initialises the slots
+/// in every subgroup of 4 (a tiny pair's token: argmax 98 ms of 450 in Chromium, 29-50 ms
+/// natively, with 256 lanes).
+const ARGMAX_THREADS: u32 = 64;
 
-/// Workgroups per row of the argmax's first pass, at most one for each lane of the second.
+/// Columns each workgroup of [`argmax_partial_kernel`] scans at least (sixteen a lane).
+const ARGMAX_MIN_CHUNK: usize = 16 * ARGMAX_THREADS as usize;
+
+/// Workgroups per row of the argmax's first pass: at most [`ROW_THREADS`], four for each lane
+/// of the second.
 fn argmax_groups(n: usize) -> usize {
     n.div_ceil(ARGMAX_MIN_CHUNK).clamp(1, ROW_THREADS as usize)
 }

@@ -23,10 +23,12 @@ pub enum Path {
 }
 
 /// Conformance cases, with a window: SigLIP's head size (d 72, several workgroups), grouped
-/// query heads with a sliding window, one decode row, the widest head taken, a key count that
-/// is not a multiple of the tile, and the vision tower's 4096 keys (long loops).
-pub const CASES: [(Shape, Option<usize>); 6] = [
+/// query heads with a sliding window, one decode row (a workgroup of 4 lanes), five rows in a
+/// workgroup of 8, the widest head taken, a key count that is not a multiple of the tile, and
+/// the vision tower's 4096 keys (long loops).
+pub const CASES: [(Shape, Option<usize>); 7] = [
     ((2, 1, 300, 300, 72), None),
+    ((2, 1, 5, 40, 32), Some(3)),
     ((4, 2, 70, 100, 32), Some(40)),
     ((8, 2, 1, 97, 128), Some(1000)),
     ((2, 2, 33, 33, 128), Some(33)),
