@@ -104,7 +104,7 @@ pub fn wgpu() -> Result<Device, DeviceError> {
             // REXVQA_EXCLUSIVE_POOL=1 gives the native device the pool the browser's CubeCL is
             // built with (one page per allocation in size buckets, `exclusive_memory_only` on
             // wasm), to measure the browser's device memory natively.
-            if std::env::var_os("REXVQA_EXCLUSIVE_POOL").is_some_and(|v| v == "1") {
+            if exclusive_pool_requested() {
                 options =
                     options.memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages);
             }
@@ -225,4 +225,51 @@ pub fn open(kind: BackendKind) -> Result<Device, DeviceError> {
         BackendKind::Cpu => Ok(cpu()),
         BackendKind::Wgpu => wgpu(),
     }
+}
+
+/// Runs `f` with every device allocation it makes in its own buffer, outside CubeCL's pools,
+/// released as soon as it is freed (CubeCL's dedicated window); the CPU just runs `f`.
+pub fn dedicated<R: Send>(device: &Device, f: impl FnOnce() -> R + Send) -> R {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => {
+            d.client().memory_dedicated_allocation((), |()| f())
+        }
+        _ => f(),
+    }
+}
+
+/// Whether the GPU device runs the browser's memory pool: always on wasm (cubecl-runtime builds
+/// it with `exclusive_memory_only`), natively when `REXVQA_EXCLUSIVE_POOL=1`.
+pub fn exclusive_pool_requested() -> bool {
+    cfg!(target_arch = "wasm32")
+        || std::env::var_os("REXVQA_EXCLUSIVE_POOL").is_some_and(|v| v == "1")
+}
+
+/// One line per non-empty pool of `device`: its kind, pages now and at most, bytes reserved and
+/// in use, and the largest allocation it served. Empty for the CPU.
+pub fn pool_lines(device: &Device) -> Vec<String> {
+    let burn::backend::DispatchDevice::Cube(d) = device.as_dispatch() else {
+        return Vec::new();
+    };
+    let report = d
+        .client()
+        .memory_report(burn_cubecl::cubecl::MemoryScope::Device);
+    let mut lines = Vec::new();
+    for s in &report.streams {
+        let p = &s.pools;
+        for pool in p.dynamic.iter().chain([&p.persistent, &p.dedicated]) {
+            if pool.pages > 0 {
+                lines.push(format!(
+                    "{:?}: {} pages (at most {}), {} B reserved, {} B in use, largest {} B",
+                    pool.kind,
+                    pool.pages,
+                    pool.pages_peak,
+                    pool.usage.bytes_reserved,
+                    pool.usage.bytes_in_use,
+                    pool.largest_alloc
+                ));
+            }
+        }
+    }
+    lines
 }

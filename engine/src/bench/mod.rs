@@ -14,9 +14,11 @@ use crate::rng::SplitMix64;
 use crate::session::{Model, Session};
 
 mod kernels;
+mod memory;
 
 pub use kernels::{KernelTiming, MAX_REPS, MIN_TIMED_MS, kernel_survey, next_reps};
 use kernels::{time_kernel, timed_at};
+pub use memory::{PoolPhases, pool_phases};
 
 /// Measured figures (times in milliseconds, rates per second).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -349,7 +351,8 @@ pub fn device_bytes(model: &Model) -> Option<u64> {
     model.device().memory_pool_usage().map(|u| u.bytes_reserved)
 }
 
-fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
+/// The token ids of the bench's question `q` (an official prompt with four options, one image).
+pub fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
     let opts = [
         "A. Yes, there is a small effusion",
         "B. No, the pleura is normal",

@@ -188,7 +188,10 @@ fn writable(x: CubeTensor) -> CubeTensor {
     } else if x.can_mut() {
         x
     } else {
-        x.copy()
+        // A KV buffer's copy lives as long as the cache: its own allocation, as
+        // `model::kv_cache` gives every KV buffer.
+        let client = x.client.clone();
+        client.memory_dedicated_allocation(x, |x| x.copy())
     }
 }
 

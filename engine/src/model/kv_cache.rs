@@ -96,14 +96,19 @@ impl LayerKv {
                 let cap = (len + t).div_ceil(grow) * grow;
                 // Positions past `len` are never read (views stop there), so they are left
                 // unwritten rather than zeroed: one dispatch fewer per growth.
+                // Each buffer is a device allocation of its own: it outlives many passes, and in
+                // CubeCL's pool on wasm it would sit on whatever larger page was free (a
+                // product's), which the next product then allocates again ([`super::decoder`]'s
+                // MLP has the figures).
                 let regrow = |old: Option<Tensor<3>>| {
-                    let fresh = Tensor::<3>::empty([h, cap, d], device);
-                    match old {
-                        Some(o) if len > 0 => {
-                            fresh.slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d]))
+                    crate::device::dedicated(device, || {
+                        let fresh = Tensor::<3>::empty([h, cap, d], device);
+                        match old {
+                            Some(o) if len > 0 => fresh
+                                .slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d])),
+                            _ => fresh,
                         }
-                        _ => fresh,
-                    }
+                    })
                 };
                 let (pk, pv) = prior.map_or((None, None), |l| (Some(l.k), Some(l.v)));
                 (regrow(pk), regrow(pv), len)

@@ -1,0 +1,97 @@
+//! Device memory the pool reserves through the phases of a study, under a CubeCL dry run: every
+//! allocation is made and freed as in a real run and no kernel executes, so a 4B pair's memory
+//! can be followed on a software adapter in seconds. With `REXVQA_EXCLUSIVE_POOL=1` the native
+//! device takes the pool the browser's CubeCL is built with (`crate::device::wgpu`), so the
+//! browser's memory is measured natively (`examples/pool_memory.rs`, `tests/pool_memory.rs`).
+
+use burn_cubecl::cubecl::dry_run::DryRun;
+
+use crate::model::ModelError;
+use crate::rexvqa::Letter;
+use crate::session::{Model, Session};
+
+/// Bytes reserved after each phase.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PoolPhases {
+    /// The device runs the browser's pool (`REXVQA_EXCLUSIVE_POOL=1`).
+    pub exclusive_pool: bool,
+    /// `(phase, bytes reserved after it)`, from the model's load on.
+    pub phases: Vec<(String, u64)>,
+    /// The most reserved after any phase.
+    pub peak_bytes: u64,
+    /// Each phase's non-empty pools, when asked for: what each holds (to see where an excess
+    /// sits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<(String, Vec<String>)>,
+}
+
+/// Follows `model` through an image encode (with a vision tower), one prefill of each of
+/// `lengths`, and a study as scoring a split runs it: `questions` official questions one by one
+/// on the cached image prefix, the same questions batched in one pass, and 8 generated tokens.
+/// GPU devices only: the CPU keeps no pool (every figure reads 0).
+///
+/// The dry run is process-wide (see [`super::count_passes`]): nothing else may compute on a GPU
+/// meanwhile.
+pub async fn pool_phases(
+    model: &Model,
+    lengths: &[usize],
+    questions: usize,
+    with_pools: bool,
+) -> Result<PoolPhases, ModelError> {
+    let device = model.device().clone();
+    let reserved = || device.memory_pool_usage().map_or(0, |u| u.bytes_reserved);
+    let mut out = PoolPhases {
+        exclusive_pool: crate::device::exclusive_pool_requested(),
+        phases: vec![("load".into(), reserved())],
+        peak_bytes: 0,
+        pools: Vec::new(),
+    };
+    let after = |name: String, out: &mut PoolPhases| {
+        if with_pools {
+            out.pools
+                .push((name.clone(), crate::device::pool_lines(&device)));
+        }
+        out.phases.push((name, reserved()));
+    };
+    let _dry = DryRun::new();
+    let features = match &model.vision {
+        Some(v) => {
+            let size = v.cfg.image_size;
+            let f = model.encode_image(&vec![0.0f32; 3 * size * size])?;
+            after("image".into(), &mut out);
+            Some(f)
+        }
+        None => None,
+    };
+    let filler = model
+        .tokenizer
+        .encode(" The heart size is normal.", false, false);
+    for &n in lengths {
+        let ids: Vec<u32> = std::iter::once(model.tokenizer.bos())
+            .chain(filler.iter().copied().cycle())
+            .take(n)
+            .collect();
+        let mut cache = model.decoder.new_cache();
+        drop(model.prefill(&ids, &[], &mut cache)?);
+        after(format!("prefill {n}"), &mut out);
+    }
+    if let Some(f) = &features {
+        let images = std::slice::from_ref(f);
+        let prompts = (0..questions)
+            .map(|q| Ok((super::question_ids(model, q)?, Letter::ALL.to_vec())))
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let mut session = Session::new(model);
+        for (ids, letters) in &prompts {
+            session.score_options(ids, images, letters).await?;
+        }
+        after(format!("study: {questions} questions"), &mut out);
+        Session::new(model).score_many(&prompts, images).await?;
+        after(format!("study: {questions} questions batched"), &mut out);
+        if let Some((ids, _)) = prompts.first() {
+            session.generate(ids, images, 8, &mut |_, _| {}).await?;
+            after("study: 8 tokens generated".into(), &mut out);
+        }
+    }
+    out.peak_bytes = out.phases.iter().map(|p| p.1).max().unwrap_or(0);
+    Ok(out)
+}
