@@ -227,17 +227,6 @@ pub fn open(kind: BackendKind) -> Result<Device, DeviceError> {
     }
 }
 
-/// Runs `f` with every device allocation it makes in its own buffer, outside CubeCL's pools,
-/// released as soon as it is freed (CubeCL's dedicated window); the CPU just runs `f`.
-pub fn dedicated<R: Send>(device: &Device, f: impl FnOnce() -> R + Send) -> R {
-    match device.as_dispatch() {
-        burn::backend::DispatchDevice::Cube(d) => {
-            d.client().memory_dedicated_allocation((), |()| f())
-        }
-        _ => f(),
-    }
-}
-
 /// Whether the GPU device runs the browser's memory pool: always on wasm (cubecl-runtime builds
 /// it with `exclusive_memory_only`), natively when `REXVQA_EXCLUSIVE_POOL=1`.
 pub fn exclusive_pool_requested() -> bool {

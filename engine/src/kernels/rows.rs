@@ -95,6 +95,9 @@ pub trait RowOps: burn::backend::Backend {
 
     /// `x [rows, n]` → each row's column of its largest value (the first on ties), `[rows]` u32.
     fn fused_argmax(x: FloatTensor<Self>) -> IntTensor<Self>;
+
+    /// `x` itself when nothing else holds its buffer, else a copy of its own.
+    fn unshared(x: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 const CPU_COMPOSES: &str = "the CPU composes burn ops (kernels::runs checks the device)";
@@ -167,6 +170,10 @@ impl RowOps for Flex {
     fn fused_argmax(_x: FloatTensor<Self>) -> IntTensor<Self> {
         unreachable!("{CPU_COMPOSES}")
     }
+
+    fn unshared(_x: FloatTensor<Self>) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
 }
 
 /// An uninitialised f32 tensor shaped as `like` (contiguous), on its device.
@@ -188,10 +195,7 @@ fn writable(x: CubeTensor) -> CubeTensor {
     } else if x.can_mut() {
         x
     } else {
-        // A KV buffer's copy lives as long as the cache: its own allocation, as
-        // `model::kv_cache` gives every KV buffer.
-        let client = x.client.clone();
-        client.memory_dedicated_allocation(x, |x| x.copy())
+        x.copy()
     }
 }
 
@@ -431,6 +435,10 @@ impl RowOps for CubeBackend {
         );
         out
     }
+    fn unshared(x: CubeTensor) -> CubeTensor {
+        writable(x)
+    }
+
     fn fused_argmax(x: CubeTensor) -> CubeTensor {
         let x = into_contiguous(x);
         let (rows, n) = rows_of(&x);
@@ -619,6 +627,12 @@ pub fn gelu_halves<const D: usize>(x: BurnTensor<D>) -> BurnTensor<D> {
     let out =
         BurnTensor::<D>::from_dispatch(<Dispatch as RowOps>::fused_gelu_halves(x.into_dispatch()));
     forms::perturb(Form::FusedGelu, out)
+}
+
+/// `x` itself when a kernel may write it in place (contiguous, and nothing else holds its
+/// buffer), else a contiguous copy of its own. GPU devices only, like the kernels.
+pub fn unshared(x: BurnTensor<3>) -> BurnTensor<3> {
+    BurnTensor::<3>::from_dispatch(<Dispatch as RowOps>::unshared(x.into_dispatch()))
 }
 
 /// Fused argmax of each row of `x [rows, n]`: `[rows]` u32 on the device, the first column

@@ -101,10 +101,6 @@ enum GateUp {
     Apart { gate: QMatrix, up: QMatrix },
 }
 
-/// Bytes of gate and up products from which a pass's MLP allocates outside the pool
-/// ([`Mlp::forward`]): MedGemma 4B's passes of 205 rows or more, its prefill of a question.
-const DEDICATED_BYTES: usize = 16 << 20;
-
 /// The gated MLP of one layer (`blk.N.ffn_*`): `down(gelu_tanh(gate(x)) · up(x))`.
 #[derive(Debug, Clone)]
 struct Mlp {
@@ -230,23 +226,7 @@ impl Mlp {
     }
 
     /// `[t, hidden]` → `[t, hidden]`.
-    ///
-    /// A pass whose gate and up products take [`DEDICATED_BYTES`] or more gets its own device
-    /// buffers for them ([`crate::device::dedicated`]): in CubeCL's pool on wasm a freed page goes
-    /// to any smaller allocation that finds its own bucket full (a KV buffer, a hidden state),
-    /// so each layer's product took a new page. A study's four questions batched (1,272 rows)
-    /// reserved 22 pages of 104 MB for the 4B, 2.3 GB of 7.4 (`examples/pool_memory.rs`).
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let products = x.dims()[0] * self.ffn_down.cols * 2 * 4;
-        if products >= DEDICATED_BYTES {
-            let device = x.device();
-            return crate::device::dedicated(&device, || self.forward_pooled(x));
-        }
-        self.forward_pooled(x)
-    }
-
-    /// [`Mlp::forward`] in whatever allocation mode is open.
-    fn forward_pooled(&self, x: Tensor<2>) -> Tensor<2> {
         let gated = match &self.gate_up {
             // The decode product applies the GELU itself; prefill's tiled product cannot.
             GateUp::Joined(m) => match m.matmul_gelu_halves(x.clone()) {
@@ -577,6 +557,7 @@ impl Decoder {
             cache.len += t;
             return rms_norm(x, &self.output_norm, c.eps);
         };
+        cache.reserve(t, [c.kv_heads, c.head_dim], &self.device);
         let mut xn = rms_norm(x.clone(), &first.attn_norm, c.eps);
         for (i, layer) in self.layers.iter().enumerate() {
             let inputs = if c.is_global(i) { &global } else { &local };

@@ -96,19 +96,14 @@ impl LayerKv {
                 let cap = (len + t).div_ceil(grow) * grow;
                 // Positions past `len` are never read (views stop there), so they are left
                 // unwritten rather than zeroed: one dispatch fewer per growth.
-                // Each buffer is a device allocation of its own: it outlives many passes, and in
-                // CubeCL's pool on wasm it would sit on whatever larger page was free (a
-                // product's), which the next product then allocates again ([`super::decoder`]'s
-                // MLP has the figures).
                 let regrow = |old: Option<Tensor<3>>| {
-                    crate::device::dedicated(device, || {
-                        let fresh = Tensor::<3>::empty([h, cap, d], device);
-                        match old {
-                            Some(o) if len > 0 => fresh
-                                .slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d])),
-                            _ => fresh,
+                    let fresh = Tensor::<3>::empty([h, cap, d], device);
+                    match old {
+                        Some(o) if len > 0 => {
+                            fresh.slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d]))
                         }
-                    })
+                        _ => fresh,
+                    }
                 };
                 let (pk, pv) = prior.map_or((None, None), |l| (Some(l.k), Some(l.v)));
                 (regrow(pk), regrow(pv), len)
@@ -161,6 +156,31 @@ impl KvCache {
         }
     }
 
+    /// Gives every layer room for `t` more positions, in buffers of this cache's own (a
+    /// clone's shared buffers copied), before a pass's first product (GPU devices; the CPU's
+    /// buffers grow as each layer appends).
+    ///
+    /// Why before: CubeCL's pool on wasm hands a free page to any smaller allocation whose own
+    /// size class has none free, and a KV buffer outlives many passes. Grown layer by layer, each
+    /// took the page that the layer before had just freed from its MLP product, and the next
+    /// product allocated that page anew: a study's four questions batched (1,272 rows) left 22
+    /// pages of 104 MB reserved in the browser's pool for MedGemma 4B (7.4 GB at the peak,
+    /// against 4.3 natively; `examples/pool_memory.rs`). Before the pass, only the free pages of
+    /// earlier passes are there to take.
+    pub fn reserve(&mut self, t: usize, [h, d]: [usize; 2], device: &burn::tensor::Device) {
+        if !crate::device::queues_work(device) {
+            return;
+        }
+        for slot in &mut self.layers {
+            let (k, v, len) = LayerKv::reserve(slot, [h, t, d], device);
+            *slot = Some(LayerKv {
+                k: crate::kernels::rows::unshared(k),
+                v: crate::kernels::rows::unshared(v),
+                len,
+            });
+        }
+    }
+
     /// Keeps the first `len` positions. The cut must not fall inside an image run: those
     /// positions attend to later image tokens, so their keys would be wrong without them.
     pub fn truncate(&mut self, len: usize) {
@@ -180,7 +200,7 @@ impl KvCache {
 
 #[cfg(test)]
 mod tests {
-    use super::LayerKv;
+    use super::{KvCache, LayerKv};
     use burn::tensor::{Distribution, Tensor};
 
     fn values(t: Tensor<3>) -> Vec<f32> {
@@ -210,6 +230,47 @@ mod tests {
             assert_eq!(q0, 300);
             assert_eq!(values(k1), values(Tensor::cat(vec![ab.clone(), c], 1)));
             assert_eq!(values(k2), values(Tensor::cat(vec![ab, d], 1)));
+        }
+    }
+
+    /// A pass's reservation grows every layer at once, gives a cloned cache buffers of its own,
+    /// and leaves the valid positions as they were: the clone and the original then each append
+    /// their own rows and see only those. Both ways: buffers that must grow, and buffers with
+    /// room that the clone shares.
+    #[test]
+    fn reserving_before_a_pass_keeps_clones_apart() {
+        let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        for dev in [gpu, crate::device::cpu()] {
+            let gpu_side = crate::device::queues_work(&dev);
+            let rows = |n| Tensor::<3>::random([2, n, 8], Distribution::Default, &dev);
+            // 200 rows (kept as they come), then 1 (grown to 256 positions on the GPU).
+            let first = [rows(200), rows(1)];
+            let prefix = Tensor::cat(first.to_vec(), 1);
+            let mut cache = KvCache::new(2);
+            for slot in &mut cache.layers {
+                for x in &first {
+                    LayerKv::append(slot, x.clone(), x.clone() * 2.0);
+                }
+            }
+            cache.len = 201;
+            for (t, capacity) in [(50, 256), (100, 512)] {
+                let mut ours = cache.clone();
+                let mut fork = cache.clone();
+                ours.reserve(t, [2, 8], &dev);
+                fork.reserve(t, [2, 8], &dev);
+                let got = ours.layers[1].as_ref().map(|l| (l.k.dims()[1], l.len));
+                assert_eq!(got, Some((if gpu_side { capacity } else { 201 }, 201)));
+                for c in [&mut ours, &mut fork] {
+                    let new = rows(t);
+                    for slot in &mut c.layers {
+                        let (k, v, q0) = LayerKv::append(slot, new.clone(), new.clone() * 2.0);
+                        let want = Tensor::cat(vec![prefix.clone(), new.clone()], 1);
+                        assert_eq!(q0, 201);
+                        assert_eq!(values(k), values(want.clone()));
+                        assert_eq!(values(v), values(want * 2.0));
+                    }
+                }
+            }
         }
     }
 }
