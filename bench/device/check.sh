@@ -216,6 +216,15 @@ brun 2 && brun 3 || { cat "$tmp/brun.log" >&2; fail "run-browser.sh: the later c
 [ -f "$bw/root/chromium/chromium-headless-shell" ] && [ -f "$bout/browser-summary.json" ] || { cat "$tmp/brun.log" >&2; fail "run-browser.sh did not unpack and report"; }
 python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["steps"] == [], j' "$bout/browser-summary.json" ||
   fail "run-browser.sh's summary is not JSON"
+# A step with nvidia-smi there: the step's summary holds the most GPU memory the browser's processes
+# and the others held (a stub nvidia-smi; the stub node ends the step at once).
+mkdir -p "$tmp/fakebin"
+printf '#!/bin/sh\necho "101, /opt/r/chromium/chromium-headless-shell, 5120"\necho "102, /opt/kw/rexvqa, 4096"\necho "103, /opt/r/chromium/chromium-headless-shell, 700"\n' >"$tmp/fakebin/nvidia-smi"
+chmod +x "$tmp/fakebin/nvidia-smi"
+PATH="$tmp/fakebin:$PATH" BROWSER_STEPS=bvn-tiny OUT=$bout BKIT_DIR=$bs/kit3 BKIT_WORK=$bw BROWSER_REX=/bin/true BROWSER_ICD=$icd \
+  XDG_RUNTIME_DIR=$tmp/xdg bench/device/run-browser.sh 2>>"$tmp/brun.log" || { cat "$tmp/brun.log" >&2; fail "run-browser.sh: a step under a stub nvidia-smi failed"; }
+python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["steps"]; assert s[0]["gpu_memory_max_mib"] == {"browser": 5120, "native": 4096}, s' "$bout/browser-summary.json" ||
+  { cat "$bout/browser-summary.json" >&2; fail "run-browser.sh does not report the GPU memory nvidia-smi saw"; }
 rm -rf "$bw"
 brun 1 && { rc=0; brun 3 || rc=$?; [ "$rc" = 3 ]; } || { cat "$tmp/brun.log" >&2; fail "run-browser.sh goes on with a part missing (exit ${rc:-?})"; }
 

@@ -24,7 +24,11 @@
 #              matrices at m = 1, and both sides' kernel profiles (its `kernels`: the browser's
 #              prefill gap, 0.40x on an H200, named by kernel)
 # $OUT gets browser-summary.json (each step's status and the ratios), browser.tar (every step's
-# JSON and log) and trace-summary.json; all are rewritten after each step.
+# JSON and log) and trace-summary.json; all are rewritten after each step. Where nvidia-smi is
+# there, each step also samples every process's GPU memory twice a second: the step's summary
+# gets the most the browser's processes and the others (rexvqa) held. CubeCL's own figure
+# (peak_device_bytes) cannot see buffers it released: in a browser those stay until a garbage
+# collection (bench/gpubuffer-gc.mjs, #33).
 #
 # Environment: OUT (required), BKIT_DIR (where the carried parts are; default bench/device/bkit), BKIT_WORK (default /opt/rexvqa-browser), KIT_WORK (the native kit's
 # scratch folder; its env.sh gives the Vulkan set-up, rexvqa and the 4B pair), BROWSER_GPU=0 (no GPU
@@ -161,11 +165,28 @@ step() {
     return 0
   fi
   say "$name: up to ${budget}s"
-  local t0=$SECONDS rc=0
+  local t0=$SECONDS rc=0 sampler="" mem=""
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    while :; do
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null || true
+      sleep 0.5
+    done >"$RES/logs/$name.gpu-memory.csv" &
+    sampler=$!
+  fi
   timeout -k 10 "$budget" "$@" >"$RES/logs/$name.log" 2>&1 || rc=$?
-  say "$name: exit $rc in $((SECONDS - t0))s"
+  if [ -n "$sampler" ]; then
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    # One sample after the step, so a step shorter than the period has one too.
+    nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits \
+      >>"$RES/logs/$name.gpu-memory.csv" 2>/dev/null || true
+    mem=$(awk -F', *' '$3 ~ /^[0-9]+$/ { side = ($2 ~ /chrom/) ? "browser" : "native"; if ($3 > m[side]) m[side] = $3 }
+      END { printf ", \"gpu_memory_max_mib\": {\"browser\": %d, \"native\": %d}", m["browser"], m["native"] }' \
+      "$RES/logs/$name.gpu-memory.csv")
+  fi
+  say "$name: exit $rc in $((SECONDS - t0))s${mem:+; GPU memory at most (MiB)$mem}"
   tail -n 25 "$RES/logs/$name.log" >&2
-  SUMMARY+="${SUMMARY:+, }{\"step\": \"$name\", \"exit_code\": $rc, \"wall_s\": $((SECONDS - t0))}"
+  SUMMARY+="${SUMMARY:+, }{\"step\": \"$name\", \"exit_code\": $rc, \"wall_s\": $((SECONDS - t0))$mem}"
   ship
 }
 

@@ -435,6 +435,7 @@ impl RowOps for CubeBackend {
         );
         out
     }
+
     fn unshared(x: CubeTensor) -> CubeTensor {
         writable(x)
     }

@@ -167,7 +167,7 @@ impl KvCache {
     /// pages of 104 MB reserved in the browser's pool for MedGemma 4B (7.4 GB at the peak,
     /// against 4.3 natively; `examples/pool_memory.rs`). Before the pass, only the free pages of
     /// earlier passes are there to take.
-    pub fn reserve(&mut self, t: usize, [h, d]: [usize; 2], device: &burn::tensor::Device) {
+    pub(super) fn reserve(&mut self, t: usize, [h, d]: [usize; 2], device: &burn::tensor::Device) {
         if !crate::device::queues_work(device) {
             return;
         }
