@@ -152,6 +152,7 @@ ship() {
     "$GPU_FLAGS" "$ICD" "$(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$BW/manifest.txt" 2>/dev/null || echo null)" \
     "$SUMMARY" >"$OUT/browser-summary.json"
 }
+gpu_memory() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null || true; }
 step() {
   local name=$1 budget=$2
   shift 2
@@ -167,10 +168,7 @@ step() {
   say "$name: up to ${budget}s"
   local t0=$SECONDS rc=0 sampler="" mem=""
   if command -v nvidia-smi >/dev/null 2>&1; then
-    while :; do
-      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null || true
-      sleep 0.5
-    done >"$RES/logs/$name.gpu-memory.csv" &
+    while :; do gpu_memory; sleep 0.5; done >"$RES/logs/$name.gpu-memory.csv" &
     sampler=$!
   fi
   timeout -k 10 "$budget" "$@" >"$RES/logs/$name.log" 2>&1 || rc=$?
@@ -178,8 +176,7 @@ step() {
     kill "$sampler" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true
     # One sample after the step, so a step shorter than the period has one too.
-    nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits \
-      >>"$RES/logs/$name.gpu-memory.csv" 2>/dev/null || true
+    gpu_memory >>"$RES/logs/$name.gpu-memory.csv"
     mem=$(awk -F', *' '$3 ~ /^[0-9]+$/ { side = ($2 ~ /chrom/) ? "browser" : "native"; if ($3 > m[side]) m[side] = $3 }
       END { printf ", \"gpu_memory_max_mib\": {\"browser\": %d, \"native\": %d}", m["browser"], m["native"] }' \
       "$RES/logs/$name.gpu-memory.csv")

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use rexvqa_engine::bench::PoolPhases;
@@ -30,27 +30,16 @@ fn shapes() -> syn::Shapes {
     }
 }
 
-fn write_pair(dir: &Path) -> (PathBuf, PathBuf) {
+fn write_pair(dir: &Path) {
     let mut src = FileSource::open(common::gemma270m()).expect("the 270M GGUF");
     let tok = Gguf::read(&mut src).expect("readable GGUF");
-    let s = shapes();
-    let text = dir.join("text.gguf");
-    let mmproj = dir.join("mmproj.gguf");
-    for (path, meta, tensors) in [
-        (&text, syn::text_metadata(&s, &tok), syn::text_tensors(&s)),
-        (&mmproj, syn::mmproj_metadata(&s), syn::mmproj_tensors(&s)),
-    ] {
-        let mut w = std::io::BufWriter::new(std::fs::File::create(path).expect("writable dir"));
-        syn::write(&mut w, &meta, &tensors, 7, &mut |_, _| {}).expect("written");
-        std::io::Write::flush(&mut w).expect("flushed");
-    }
-    (text, mmproj)
+    syn::write_pair(dir, &shapes(), &tok, 7, &mut |_, _, _| {}).expect("the pair written");
 }
 
 fn child(dir: &Path) {
     let device = rexvqa_engine::device::wgpu().expect("a wgpu adapter (lavapipe)");
-    let text = FileSource::open(dir.join("text.gguf")).unwrap();
-    let mmproj = FileSource::open(dir.join("mmproj.gguf")).unwrap();
+    let text = FileSource::open(dir.join(syn::TEXT_FILE)).unwrap();
+    let mmproj = FileSource::open(dir.join(syn::MMPROJ_FILE)).unwrap();
     let model = pollster::block_on(Model::load(
         &text,
         Some(&mmproj),

@@ -63,16 +63,9 @@ pub async fn pool_phases(
         }
         None => None,
     };
-    let filler = model
-        .tokenizer
-        .encode(" The heart size is normal.", false, false);
     for &n in lengths {
-        let ids: Vec<u32> = std::iter::once(model.tokenizer.bos())
-            .chain(filler.iter().copied().cycle())
-            .take(n)
-            .collect();
         let mut cache = model.decoder.new_cache();
-        drop(model.prefill(&ids, &[], &mut cache)?);
+        drop(model.prefill(&super::filler_ids(model, n), &[], &mut cache)?);
         after(format!("prefill {n}"), &mut out);
     }
     if let Some(f) = &features {

@@ -351,6 +351,20 @@ pub fn device_bytes(model: &Model) -> Option<u64> {
     model.device().memory_pool_usage().map(|u| u.bytes_reserved)
 }
 
+/// `n` token ids of a report-like filler sentence repeated after `<bos>`: a prompt of a chosen
+/// length for the prefill figures.
+pub fn filler_ids(model: &Model, n: usize) -> Vec<u32> {
+    let filler = model.tokenizer.encode(
+        " The heart size is normal and the lungs are clear.",
+        false,
+        false,
+    );
+    std::iter::once(model.tokenizer.bos())
+        .chain(filler.iter().copied().cycle())
+        .take(n)
+        .collect()
+}
+
 /// The token ids of the bench's question `q` (an official prompt with four options, one image).
 pub fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
     let opts = [
@@ -507,23 +521,12 @@ pub async fn profile_passes(
                 .into(),
         ));
     }
-    let filler = model.tokenizer.encode(
-        " The heart size is normal and the lungs are clear.",
-        false,
-        false,
-    );
-    let prompt = |n: usize| -> Vec<u32> {
-        std::iter::once(model.tokenizer.bos())
-            .chain(filler.iter().copied().cycle())
-            .take(n)
-            .collect()
-    };
     let mut passes = Vec::new();
 
     let mut cache = model.decoder.new_cache();
     let pending = model
         .decoder
-        .greedy(model.prefill(&prompt(16), &[], &mut cache)?);
+        .greedy(model.prefill(&filler_ids(model, 16), &[], &mut cache)?);
     sync(model).await?;
     let t = clock.now_ms();
     let p = launches::profile();
@@ -541,7 +544,7 @@ pub async fn profile_passes(
     drop((next, cache));
 
     if let Some(&n) = opts.prefill_lengths.iter().max() {
-        let ids = prompt(n);
+        let ids = filler_ids(model, n);
         let t = clock.now_ms();
         let p = launches::profile();
         let out = model.prefill(&ids, &[], &mut model.decoder.new_cache())?;
@@ -628,16 +631,8 @@ pub async fn run(
         None => None,
     };
 
-    let filler = model.tokenizer.encode(
-        " The heart size is normal and the lungs are clear.",
-        false,
-        false,
-    );
     for &n in &opts.prefill_lengths {
-        let ids: Vec<u32> = std::iter::once(model.tokenizer.bos())
-            .chain(filler.iter().copied().cycle())
-            .take(n)
-            .collect();
+        let ids = filler_ids(model, n);
         // A first pass at the full length takes first use's costs out of the timed pass (a
         // 16-token warm-up left the larger buffers' allocation there); its time is kept apart.
         let t = clock.now_ms();
@@ -661,13 +656,7 @@ pub async fn run(
             let ids = question_ids(model, 0)?;
             model.prefill(&ids, std::slice::from_ref(feats), &mut cache)?
         }
-        None => {
-            let ids: Vec<u32> = std::iter::once(model.tokenizer.bos())
-                .chain(filler.iter().copied().cycle())
-                .take(64)
-                .collect();
-            model.prefill(&ids, &[], &mut cache)?
-        }
+        None => model.prefill(&filler_ids(model, 64), &[], &mut cache)?,
     };
     // Greedy decoding as `Session::generate` does it: the next id stays on the device.
     let mut pending = model.decoder.greedy(prompt);

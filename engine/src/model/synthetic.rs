@@ -244,6 +244,42 @@ pub fn mmproj_metadata(s: &Shapes) -> Vec<(String, Value)> {
     ]
 }
 
+/// File name of a synthetic pair's text GGUF ([`write_pair`]).
+pub const TEXT_FILE: &str = "medgemma-4b-synthetic-Q4_K_M.gguf";
+/// File name of a synthetic pair's mmproj GGUF ([`write_pair`]).
+pub const MMPROJ_FILE: &str = "mmproj-medgemma-4b-synthetic-F16.gguf";
+
+/// Writes the text and mmproj GGUFs of shapes `s` into `dir` ([`TEXT_FILE`], [`MMPROJ_FILE`]),
+/// with `tokenizer`'s vocabulary; `on_tensor` sees each file's name and its tensors written so
+/// far. Returns the two paths.
+pub fn write_pair(
+    dir: &std::path::Path,
+    s: &Shapes,
+    tokenizer: &Gguf,
+    seed: u64,
+    on_tensor: &mut dyn FnMut(&str, usize, usize),
+) -> Result<[std::path::PathBuf; 2], (std::path::PathBuf, std::io::Error)> {
+    let mut paths = Vec::with_capacity(2);
+    for (name, meta, tensors) in [
+        (TEXT_FILE, text_metadata(s, tokenizer), text_tensors(s)),
+        (MMPROJ_FILE, mmproj_metadata(s), mmproj_tensors(s)),
+    ] {
+        let path = dir.join(name);
+        let written = std::fs::File::create(&path).and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            write(&mut w, &meta, &tensors, seed, &mut |i, n| {
+                on_tensor(name, i, n)
+            })?;
+            w.flush()
+        });
+        match written {
+            Ok(()) => paths.push(path),
+            Err(e) => return Err((path, e)),
+        }
+    }
+    Ok([paths.remove(0), paths.remove(0)])
+}
+
 /// Writes a GGUF of random well-formed tensors; norms get weights near 1 (GGUF norms hold
 /// `1 + w`) and biases near 0, so activations stay finite at full depth.
 pub fn write(

@@ -1,7 +1,6 @@
 //! `rexvqa synth`, `synth-model` and `unpack`: the files the other subcommands read, made or
 //! unpacked.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -119,29 +118,14 @@ pub fn synth_model(args: SynthModelArgs) -> Result<(), String> {
     let mut src = FileSource::open(&tokenizer_from).map_err(|e| err(&tokenizer_from, e))?;
     let tok = Gguf::read(&mut src).map_err(|e| err(&tokenizer_from, e))?;
     std::fs::create_dir_all(&out).map_err(|e| err(&out, e))?;
-    let s = syn::Shapes::medgemma_4b();
-    for (name, meta, tensors) in [
-        (
-            "medgemma-4b-synthetic-Q4_K_M.gguf",
-            syn::text_metadata(&s, &tok),
-            syn::text_tensors(&s),
-        ),
-        (
-            "mmproj-medgemma-4b-synthetic-F16.gguf",
-            syn::mmproj_metadata(&s),
-            syn::mmproj_tensors(&s),
-        ),
-    ] {
-        let path = out.join(name);
-        let f = std::fs::File::create(&path).map_err(|e| err(&path, e))?;
-        let mut w = std::io::BufWriter::new(f);
-        syn::write(&mut w, &meta, &tensors, seed, &mut |i, n| {
-            if i % 50 == 0 || i + 1 == n {
-                eprintln!("{name}: {}/{n} tensors", i + 1);
-            }
-        })
-        .and_then(|()| w.flush())
-        .map_err(|e| err(&path, e))?;
+    let on_tensor = &mut |name: &str, i: usize, n: usize| {
+        if i.is_multiple_of(50) || i + 1 == n {
+            eprintln!("{name}: {}/{n} tensors", i + 1);
+        }
+    };
+    let paths = syn::write_pair(&out, &syn::Shapes::medgemma_4b(), &tok, seed, on_tensor)
+        .map_err(|(path, e)| err(&path, e))?;
+    for path in paths {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
