@@ -42,7 +42,7 @@ use crate::device::Adapter;
 use crate::eval::Clock;
 use crate::gguf::GgmlType;
 use crate::kernels::forms::{self, Disabled, Form};
-use crate::kernels::{decode_attention, fused_attention as fused};
+use crate::kernels::{decode_attention, fused_attention as fused, wide_attention};
 use crate::model::ModelError;
 use crate::model::config::TextConfig;
 use crate::pair::PairHeaders;
@@ -328,6 +328,10 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
         // replaces that one when turned off); the vision tower never decodes.
         if decoder && gpu && d <= decode_attention::MAX_HEAD_DIM {
             paths.push((attention::Path::Decode, Some(Form::DecodeAttention)));
+        }
+        // Its prefill and question batches, where the width is too wide for the fused kernel.
+        if decoder && gpu && d > fused::MAX_HEAD_DIM && wide_attention::fits(d) {
+            paths.push((attention::Path::Wide, Some(Form::WideAttention)));
         }
         for (path, form) in paths {
             let name = format!("attention.{}.d{d}{suffix}", snake_path(path));

@@ -11,7 +11,7 @@ use rexvqa_engine::quant::conformance::{
 };
 use rexvqa_engine::quant::random_blocks;
 use rexvqa_engine::quant::{Half, Kernel, QMatrix, allow_software_subgroups, native_half_exact};
-use rexvqa_engine::selftest::attention::{self, DECODE_CASES};
+use rexvqa_engine::selftest::attention::{self, DECODE_CASES, WIDE_CASES};
 use rexvqa_engine::selftest::rows;
 
 /// The wgpu device, with the subgroup kernel allowed on a software adapter (lavapipe has
@@ -126,6 +126,30 @@ fn wgpu_decode_attention_matches_an_f64_evaluation() {
         ))
         .unwrap();
         eprintln!("decode attention {shape:?} window {window:?}: max |Δ| {err:.2e}");
+        assert!(
+            err < fused_attention::TOLERANCE,
+            "{shape:?} window {window:?}: max |Δ| {err:e}"
+        );
+    }
+}
+
+#[test]
+fn wgpu_wide_attention_matches_an_f64_evaluation() {
+    let dev = gpu();
+    for (i, (shape, window)) in WIDE_CASES.into_iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        let err = pollster::block_on(attention::max_error_vs_f64(
+            &dev,
+            shape,
+            window,
+            i as u64,
+            attention::Path::Wide,
+        ))
+        .unwrap();
+        eprintln!(
+            "wide attention {shape:?} window {window:?}: max |Δ| {err:.2e} ({:.2} s)",
+            t0.elapsed().as_secs_f64()
+        );
         assert!(
             err < fused_attention::TOLERANCE,
             "{shape:?} window {window:?}: max |Δ| {err:e}"
@@ -336,17 +360,24 @@ fn the_wgpu_adapter_is_described_as_the_kernels_see_it() {
 }
 
 /// The KV cache keeps spare positions and hands attention a view of the valid ones (heads
-/// `capacity · d` apart); both attention kernels read such a view in place, and must give the
+/// `capacity · d` apart); the attention kernels read such a view in place, and must give the
 /// same bits as for a contiguous copy of it. Cases: the fused kernel (d 64, 5 rows, grouped
-/// heads) and the decode kernel (d 256, one row), masked and not.
+/// heads), the decode kernel (d 256, one row) and the wide-head kernel (d 256, 12 rows), masked
+/// and not.
 #[test]
 fn wgpu_attention_reads_kv_cache_views_as_contiguous_keys() {
     use burn::tensor::{Distribution, Tensor, TensorData};
     use rexvqa_engine::model::attention::{Kernel, attention};
     let dev = gpu();
-    for (heads, kv, t, s, cap, d) in [(4, 2, 5, 37, 256, 64), (8, 4, 1, 300, 512, 256)] {
+    for (heads, kv, t, s, cap, d) in [
+        (4, 2, 5, 37, 256, 64),
+        (8, 4, 1, 300, 512, 256),
+        (8, 4, 12, 300, 512, 256),
+    ] {
         assert!(
-            Kernel::Fused.supports(&dev, t, d) || Kernel::Decode.supports(&dev, t, d),
+            [Kernel::Fused, Kernel::Decode, Kernel::Wide]
+                .iter()
+                .any(|k| k.supports(&dev, t, d)),
             "({t} rows, d {d}) must take a fused kernel here"
         );
         let q = Tensor::<3>::random([heads, t, d], Distribution::Normal(0.0, 1.0), &dev);

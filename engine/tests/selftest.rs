@@ -128,6 +128,7 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     forms::inject_fault(Form::Naive);
     forms::inject_fault(Form::FusedAttention);
     forms::inject_fault(Form::DecodeAttention);
+    forms::inject_fault(Form::WideAttention);
     for f in ROW_FORMS {
         forms::inject_fault(f);
     }
@@ -137,7 +138,13 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     let r = run(&dev, &medgemma_plan());
     forms::clear_faults();
     let now = resolve(&dev, Kernel::Auto, 1);
-    let fused_on = forms::enabled(Form::FusedAttention) || forms::enabled(Form::DecodeAttention);
+    let fused_on = [
+        Form::FusedAttention,
+        Form::DecodeAttention,
+        Form::WideAttention,
+    ]
+    .into_iter()
+    .any(forms::enabled);
     let rows_on = ROW_FORMS.map(forms::enabled);
     let argmax_on = forms::enabled(Form::DeviceArgmax);
     let products_on = forms::enabled(Form::StackedProduct) || forms::enabled(Form::GeluProduct);
@@ -149,6 +156,7 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
         [
             Form::Naive,
             Form::DecodeAttention,
+            Form::WideAttention,
             Form::FusedAttention,
             Form::FusedNorm,
             Form::FusedRope,
@@ -178,6 +186,7 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
             || n.starts_with("stacked.")
             || n.starts_with("gelu_product.")
             || n.starts_with("attention.decode.")
+            || n.starts_with("attention.wide.")
             || *n == "attention.fused.d72.unmasked"
             || *n == "argmax"),
         "{:?}",
@@ -352,7 +361,7 @@ fn the_cli_on_wgpu_passes_on_lavapipe_and_fails_with_an_injected_fault() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tiled matmul turned off"), "{stderr}");
     assert!(
-        stderr.contains("9 of 61 self-test checks failed"),
+        stderr.contains("9 of 62 self-test checks failed"),
         "{stderr}"
     );
 }

@@ -183,6 +183,21 @@ mod model_in_browser {
         }
     }
 
+    #[wasm_bindgen_test]
+    async fn wide_attention_matches_an_f64_evaluation_on_webgpu() {
+        use rexvqa_engine::selftest::attention::{self, Path, WIDE_CASES};
+        let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        for (i, (shape, window)) in WIDE_CASES.into_iter().enumerate() {
+            let err = attention::max_error_vs_f64(&dev, shape, window, i as u64, Path::Wide)
+                .await
+                .unwrap();
+            assert!(
+                err < attention::TOLERANCE,
+                "{shape:?} window {window:?}: max |Δ| {err:e}"
+            );
+        }
+    }
+
     /// Every fused row kernel and the composed burn ops it replaces, on WebGPU, against an
     /// f64 evaluation (the native test adds the CPU).
     #[wasm_bindgen_test]

@@ -1,5 +1,5 @@
 //! The one host wrapper of the fused GPU attention kernels ([`super::fused_attention`],
-//! [`super::decode_attention`]): which one a shape and device take, and the launch with its
+//! [`super::decode_attention`], [`super::wide_attention`]): which one a shape and device take, and the launch with its
 //! mask binding and test fault. [`crate::model::attention::attention`] picks among them and the
 //! CPU's blocked GEMMs.
 
@@ -7,7 +7,7 @@ use burn::backend::Dispatch;
 use burn::backend::tensor::FloatTensor;
 use burn::tensor::Tensor;
 
-use super::{decode_attention, fused_attention as fused};
+use super::{decode_attention, fused_attention as fused, wide_attention as wide};
 use crate::kernels::forms::{self, Form};
 
 /// The fused GPU attention kernels, each a backend extension of the same signature.
@@ -18,6 +18,9 @@ pub enum Kernel {
     /// A few query rows over a long cache ([`decode_attention`]): heads up to
     /// [`decode_attention::MAX_HEAD_DIM`] wide, at most [`decode_attention::MAX_ROWS`] rows.
     Decode,
+    /// Many query rows with heads over [`fused::MAX_HEAD_DIM`] wide ([`wide`]): heads up to
+    /// [`wide::MAX_HEAD_DIM`], each lane's share of them whole 4-float runs.
+    Wide,
 }
 
 /// A kernel as its backend extension declares it: `q`, `k`, `v`, the mask (any f32 buffer when
@@ -41,6 +44,7 @@ impl Kernel {
             Kernel::Decode => {
                 t <= decode_attention::MAX_ROWS && d <= decode_attention::MAX_HEAD_DIM
             }
+            Kernel::Wide => wide::fits(d),
         };
         fits && super::runs(device, self.form())
     }
@@ -50,6 +54,7 @@ impl Kernel {
         match self {
             Kernel::Fused => Form::FusedAttention,
             Kernel::Decode => Form::DecodeAttention,
+            Kernel::Wide => Form::WideAttention,
         }
     }
 
@@ -67,6 +72,7 @@ impl Kernel {
         let op: KernelOp = match self {
             Kernel::Fused => <Dispatch as fused::AttentionOps>::fused_attention,
             Kernel::Decode => <Dispatch as decode_attention::DecodeAttentionOps>::decode_attention,
+            Kernel::Wide => <Dispatch as wide::WideAttentionOps>::wide_attention,
         };
         let has_mask = mask.is_some();
         // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.

@@ -46,11 +46,14 @@ pub enum Form {
     /// GELU(gate)·up applied by the decode product of a joined gate and up
     /// ([`crate::quant::QMatrix::matmul_gelu_halves`]); the product and the GELU kernel replace it.
     GeluProduct,
+    /// The wide-head attention kernel ([`crate::kernels::wide_attention`]); the blocked path
+    /// replaces it.
+    WideAttention,
 }
 
 impl Form {
     /// Every form.
-    pub const ALL: [Form; 14] = [
+    pub const ALL: [Form; 15] = [
         Form::Naive,
         Form::Gemv,
         Form::GemvSubgroup,
@@ -65,6 +68,7 @@ impl Form {
         Form::DecodeAttention,
         Form::StackedProduct,
         Form::GeluProduct,
+        Form::WideAttention,
     ];
 
     fn bit(self) -> u32 {
@@ -88,6 +92,7 @@ impl Form {
             Form::DecodeAttention => "decode attention",
             Form::StackedProduct => "two-type product",
             Form::GeluProduct => "GELU in the product",
+            Form::WideAttention => "wide attention",
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Every CubeCL kernel of the engine, with its host launcher: the quantised products and gathers
 //! that decode GGUF blocks ([`quant`], launched by `crate::quant`'s GPU ops), the fused row
 //! kernels ([`rows`] launching [`row_kernels`]) and the fused attention kernels ([`attention`]'s
-//! one wrapper over [`fused_attention`] and [`decode_attention`]). The model calls them through
+//! one wrapper over [`fused_attention`], [`decode_attention`] and [`wide_attention`]). The model calls them through
 //! [`crate::model::nn`] and [`crate::model::attention`], which keep the composed burn path for the
 //! CPU; [`runs`] is the one question of whether a fused form runs on a device.
 
@@ -12,6 +12,7 @@ pub mod fused_attention;
 pub mod quant;
 pub mod row_kernels;
 pub mod rows;
+pub mod wide_attention;
 
 use burn::tensor::Device;
 

@@ -14,8 +14,9 @@ pub use crate::kernels::attention::Kernel;
 const SCORE_BLOCK_BYTES: usize = 32 << 20;
 
 /// Scaled dot-product attention with an optional additive mask: on GPU devices the fused
-/// kernel (heads up to 128 wide), else the decode kernel (a few rows, heads up to 256 wide);
-/// blocked GEMMs on the CPU and for the rest.
+/// kernel (heads up to 128 wide), else the decode kernel (a few rows, heads up to 256 wide),
+/// else the wide-head kernel (more rows, heads up to 256 wide); blocked GEMMs on the CPU and for
+/// the rest.
 ///
 /// # Shapes
 /// - `q`: `[heads, t, d]`, `k`, `v`: `[heads / groups, s, d]`
@@ -30,7 +31,7 @@ pub fn attention(
     scale: f32,
 ) -> Tensor<3> {
     let [_, t, d] = q.dims();
-    for kernel in [Kernel::Fused, Kernel::Decode] {
+    for kernel in [Kernel::Fused, Kernel::Decode, Kernel::Wide] {
         if kernel.supports(&q.device(), t, d) {
             return kernel.run(q, k, v, mask, groups, scale);
         }

@@ -18,6 +18,8 @@ pub enum Path {
     Fused,
     /// The decode kernel ([`Kernel::Decode`], GPU only).
     Decode,
+    /// The wide-head kernel ([`Kernel::Wide`], GPU only).
+    Wide,
     /// Materialised scores ([`blocked_attention`], every device).
     Blocked,
 }
@@ -45,6 +47,18 @@ pub const DECODE_CASES: [(Shape, Option<usize>); 5] = [
     ((2, 1, 8, 600, 160), None),
     ((4, 2, 1, 1, 256), Some(1)),
     ((2, 2, 2, 4096, 256), None),
+];
+
+/// Wide-head kernel cases: Gemma 3's decoder width in a prefill (grouped heads, a window,
+/// queries after cached keys, rows past one workgroup's 16 and keys past one tile's 7), a
+/// question batch's few rows, the narrowest width it takes, 160 wide without a mask (10 keys a
+/// tile), and a long prefill over a long cache.
+pub const WIDE_CASES: [(Shape, Option<usize>); 5] = [
+    ((8, 2, 70, 100, 256), Some(40)),
+    ((4, 4, 9, 300, 256), Some(1000)),
+    ((2, 1, 20, 20, 16), Some(20)),
+    ((2, 2, 33, 65, 160), None),
+    ((2, 2, 300, 1300, 256), Some(1024)),
 ];
 
 /// Largest accepted difference from the f64 evaluation: f32 dot products of ≤128 terms and
@@ -94,6 +108,7 @@ pub async fn max_error_vs_f64(
     let out = match path {
         Path::Fused => Kernel::Fused.run(qt, kt, vt, mask_t, groups, scale),
         Path::Decode => Kernel::Decode.run(qt, kt, vt, mask_t, groups, scale),
+        Path::Wide => Kernel::Wide.run(qt, kt, vt, mask_t, groups, scale),
         Path::Blocked => blocked_attention(
             qt,
             expand_kv(kt, groups),
