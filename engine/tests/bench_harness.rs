@@ -282,8 +282,8 @@ fn the_device_sync_waits_for_queued_work() {
     );
 }
 
-/// `rexvqa bench --profile`: every launch of a decoded token, a prefill pass and an image encode
-/// timed on its own (lavapipe has timestamp queries), the same launches a count of the pass
+/// `rexvqa bench --profile`: every launch of a decoded token, a prefill pass, an image encode, a
+/// question on a cached study and a study's questions batched timed on its own (lavapipe has timestamp queries), the same launches a count of the pass
 /// finds, and every byte the engine's launchers note attributed to one of its kernels.
 #[test]
 fn the_profile_times_every_launch_of_each_pass() {
@@ -302,11 +302,15 @@ fn the_profile_times_every_launch_of_each_pass() {
     };
     let clock = Wall(std::time::Instant::now());
     let p = pollster::block_on(profile_passes(&m, &opts, Some(&pixels), roof, &clock)).unwrap();
-    let counts = pollster::block_on(count_passes_now(&m, 2)).unwrap();
+    let questions = opts.questions.max(2);
+    let counts = pollster::block_on(count_passes_now(&m, questions)).unwrap();
     let names: Vec<&str> = p.passes.iter().map(|x| &x.pass[..]).collect();
-    assert_eq!(names, ["token", "prefill 24", "image"]);
+    let study = format!("study of {questions} questions");
+    assert_eq!(names, ["token", "prefill 24", "image", "question", &study]);
     assert_eq!(p.passes[0].dispatches, counts.token.dispatches);
     assert_eq!(p.passes[2].dispatches, counts.image.unwrap().dispatches);
+    assert_eq!(p.passes[3].dispatches, counts.question.unwrap().dispatches);
+    assert_eq!(p.passes[4].dispatches, counts.batched.unwrap().dispatches);
     for pass in &p.passes {
         assert!(matches!(&pass.timing[..], "device" | "system"), "{pass:?}");
         assert_eq!(

@@ -367,7 +367,7 @@ fn the_wgpu_adapter_is_described_as_the_kernels_see_it() {
 #[test]
 fn wgpu_attention_reads_kv_cache_views_as_contiguous_keys() {
     use burn::tensor::{Distribution, Tensor, TensorData};
-    use rexvqa_engine::model::attention::{Kernel, attention};
+    use rexvqa_engine::model::attention::{Kernel, Mask, attention};
     let dev = gpu();
     for (heads, kv, t, s, cap, d) in [
         (4, 2, 5, 37, 256, 64),
@@ -391,9 +391,13 @@ fn wgpu_attention_reads_kv_cache_views_as_contiguous_keys() {
                 *x = f32::NEG_INFINITY;
             }
         }
+        let values = Tensor::<2>::from_data(TensorData::new(m, [t, s]), &dev);
         for mask in [
             None,
-            Some(Tensor::<2>::from_data(TensorData::new(m, [t, s]), &dev)),
+            Some(Mask {
+                values,
+                lookahead: None,
+            }),
         ] {
             let got = attention(
                 q.clone(),
@@ -417,6 +421,59 @@ fn wgpu_attention_reads_kv_cache_views_as_contiguous_keys() {
                 want.as_slice::<f32>().unwrap(),
                 "heads {heads}/{kv}, {t} rows over {s} of {cap} positions, d {d}, mask {}",
                 mask.is_some()
+            );
+        }
+    }
+}
+
+/// A causal mask's promise lets the wide-head kernel stop each workgroup at its last row's
+/// horizon: the same bits as scoring every key (the skipped ones are all masked), for prefills
+/// after cached keys and from the start, the latter with a bidirectional span as an image's. A
+/// false promise (every key visible) gives other numbers: the skip does happen.
+#[test]
+#[allow(clippy::single_range_in_vec_init)] // spans: one image's token range
+fn wgpu_wide_attention_skips_only_keys_its_mask_hides() {
+    use burn::tensor::{Distribution, Tensor, TensorData};
+    use rexvqa_engine::model::attention::{Kernel, Mask, lookahead, mask_values};
+    let dev = gpu();
+    for (q0, t, spans) in [
+        (30, 70, vec![]),
+        (0, 90, vec![10..40]),
+        (5, 40, vec![20..28]),
+    ] {
+        let (heads, kv, d, s) = (4, 2, 256, q0 + t);
+        let q = Tensor::<3>::random([heads, t, d], Distribution::Normal(0.0, 1.0), &dev);
+        let k = Tensor::<3>::random([kv, s, d], Distribution::Normal(0.0, 1.0), &dev);
+        let v = Tensor::<3>::random([kv, s, d], Distribution::Normal(0.0, 1.0), &dev);
+        let values = Tensor::<2>::from_data(
+            TensorData::new(mask_values(q0, t, &spans, None), [t, s]),
+            &dev,
+        );
+        let run = |lookahead| {
+            let mask = Mask {
+                values: values.clone(),
+                lookahead,
+            };
+            Kernel::Wide
+                .run(q.clone(), k.clone(), v.clone(), Some(mask), heads / kv, 0.1)
+                .into_data()
+        };
+        let (skipping, all) = (run(Some(lookahead(&spans))), run(None));
+        assert_eq!(
+            skipping.as_slice::<f32>().unwrap(),
+            all.as_slice::<f32>().unwrap(),
+            "{t} rows after {q0} cached, spans {spans:?}"
+        );
+        if spans.is_empty() {
+            let open = Mask {
+                values: Tensor::<2>::zeros([t, s], &dev),
+                lookahead: Some(0),
+            };
+            let (q, k, v) = (q.clone(), k.clone(), v.clone());
+            let broken = Kernel::Wide.run(q, k, v, Some(open), heads / kv, 0.1);
+            assert_ne!(
+                broken.into_data().as_slice::<f32>().unwrap(),
+                all.as_slice::<f32>().unwrap()
             );
         }
     }

@@ -502,8 +502,9 @@ impl BenchReport {
 }
 
 /// Times each launch of one decoded token (after a 16-token prompt), one prefill pass of the
-/// longest prefill length and, given `pixels`, one image encode, each after a sync so that only
-/// its own launches are measured.
+/// longest prefill length and, given `pixels`, one image encode, a question on a study with its
+/// prefix cached and a study's questions batched, each after a sync so that only its own launches
+/// are measured.
 pub async fn profile_passes(
     model: &Model,
     opts: &BenchOptions,
@@ -572,6 +573,48 @@ pub async fn profile_passes(
             roof,
         ));
         drop(feats);
+
+        // A question on a study whose prefix is cached (the sequential path), then a whole
+        // study's questions as evaluation scores them (the shared prefix, then the questions
+        // batched), each with the image already encoded: what a question costs beyond the image.
+        let mut session = Session::new(model);
+        let f = session.add_image("profile", pixels)?;
+        let one = std::slice::from_ref(&f);
+        session
+            .score_options(&question_ids(model, 0)?, one, &Letter::ALL)
+            .await?;
+        sync(model).await?;
+        let t = clock.now_ms();
+        let p = launches::profile();
+        session
+            .score_options(&question_ids(model, 1)?, one, &Letter::ALL)
+            .await?;
+        sync(model).await?;
+        let wall = clock.now_ms() - t;
+        passes.push(ProfiledPass::new(
+            "question".into(),
+            wall,
+            p.finish().await,
+            roof,
+        ));
+
+        let mut study = Session::new(model);
+        let f = study.add_image("profile", pixels)?;
+        let prompts = (0..opts.questions.max(2))
+            .map(|q| Ok((question_ids(model, q)?, Letter::ALL.to_vec())))
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        sync(model).await?;
+        let t = clock.now_ms();
+        let p = launches::profile();
+        study.score_many(&prompts, std::slice::from_ref(&f)).await?;
+        sync(model).await?;
+        let wall = clock.now_ms() - t;
+        passes.push(ProfiledPass::new(
+            format!("study of {} questions", prompts.len()),
+            wall,
+            p.finish().await,
+            roof,
+        ));
     }
     Ok(ProfileReport {
         roofline: roof,

@@ -9,6 +9,7 @@ use burn::tensor::Tensor;
 
 use super::{decode_attention, fused_attention as fused, wide_attention as wide};
 use crate::kernels::forms::{self, Form};
+use crate::model::attention::Mask;
 
 /// The fused GPU attention kernels, each a backend extension of the same signature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +24,7 @@ pub enum Kernel {
     Wide,
 }
 
-/// A kernel as its backend extension declares it: `q`, `k`, `v`, the mask (any f32 buffer when
+/// The fused and decode kernels as their backend extensions declare them: `q`, `k`, `v`, the mask (any f32 buffer when
 /// there is none), whether there is one, groups, scale.
 type KernelOp = fn(
     FloatTensor<Dispatch>,
@@ -59,33 +60,35 @@ impl Kernel {
     }
 
     /// Runs the kernel; shapes as [`crate::model::attention::attention`]'s. GPU devices only
-    /// ([`Kernel::supports`]).
+    /// ([`Kernel::supports`]). Only the wide-head kernel uses the mask's lookahead.
     pub fn run(
         self,
         q: Tensor<3>,
         k: Tensor<3>,
         v: Tensor<3>,
-        mask: Option<Tensor<2>>,
+        mask: Option<Mask>,
         groups: usize,
         scale: f32,
     ) -> Tensor<3> {
-        let op: KernelOp = match self {
-            Kernel::Fused => <Dispatch as fused::AttentionOps>::fused_attention,
-            Kernel::Decode => <Dispatch as decode_attention::DecodeAttentionOps>::decode_attention,
-            Kernel::Wide => <Dispatch as wide::WideAttentionOps>::wide_attention,
-        };
+        let lookahead = mask.as_ref().and_then(|m| m.lookahead);
         let has_mask = mask.is_some();
         // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.
-        let mask = mask.map_or_else(|| q.clone().into_dispatch(), |m| m.into_dispatch());
-        let out = Tensor::<3>::from_dispatch(op(
-            q.into_dispatch(),
-            k.into_dispatch(),
-            v.into_dispatch(),
-            mask,
-            has_mask,
-            groups,
-            scale,
-        ));
-        forms::perturb(self.form(), out)
+        let mask = mask.map_or_else(|| q.clone().into_dispatch(), |m| m.values.into_dispatch());
+        let (q, k, v) = (q.into_dispatch(), k.into_dispatch(), v.into_dispatch());
+        let out = match self {
+            Kernel::Wide => <Dispatch as wide::WideAttentionOps>::wide_attention(
+                q, k, v, mask, has_mask, lookahead, groups, scale,
+            ),
+            _ => {
+                let op: KernelOp = match self {
+                    Kernel::Decode => {
+                        <Dispatch as decode_attention::DecodeAttentionOps>::decode_attention
+                    }
+                    _ => <Dispatch as fused::AttentionOps>::fused_attention,
+                };
+                op(q, k, v, mask, has_mask, groups, scale)
+            }
+        };
+        forms::perturb(self.form(), Tensor::<3>::from_dispatch(out))
     }
 }

@@ -11,7 +11,9 @@
 //! workgroup memory, each invocation sums its channels' share of every key's dot product into
 //! workgroup memory, then each adds the row's [`SPLIT`] shares in the same order (so every
 //! invocation of a row holds the same score, maximum and sum) and accumulates the weighted
-//! values of its own channels. Keys a row's mask hides are neither scored nor accumulated.
+//! values of its own channels. Keys a row's mask hides are neither scored nor accumulated, and
+//! where the caller promises a causal mask (a lookahead), a workgroup stops at the last key any of
+//! its rows can see: about half the tiles of a prefill.
 
 // CubeCL needs a variable declared before runtime branches assign it.
 #![allow(unused_assignments)]
@@ -27,7 +29,7 @@ use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::em
 /// Invocations that share one query row, each owning `d / SPLIT` of its channels.
 pub const SPLIT: usize = 4;
 
-/// Invocations per workgroup: `WORKGROUP / SPLIT` query rows of one head.
+/// Invocations per workgroup: `WORKGROUP / SPLIT` query rows of one head ([`lanes`]).
 const WORKGROUP: usize = 64;
 
 /// Workgroup memory for a tile of keys, of values and of the dot products' shares: WebGPU's
@@ -50,10 +52,30 @@ pub fn fits(d: usize) -> bool {
     d <= MAX_HEAD_DIM && d.is_multiple_of(4 * SPLIT)
 }
 
-/// Keys per tile for heads `d` wide: keys and values (`8 · d` bytes a key) and one share per
-/// invocation and key (`4 · WORKGROUP`) within [`SHARED_BYTES`] (7 at 256).
-fn tile_for(d: usize) -> usize {
-    (SHARED_BYTES / (8 * d + 4 * WORKGROUP)).clamp(1, 32)
+/// Keys per tile for heads `d` wide in workgroups of `lanes`: keys and values (`8 · d` bytes a
+/// key) and one share per invocation and key (`4 · lanes`) within [`SHARED_BYTES`] (7 at 256
+/// and 64 lanes).
+fn tile_for(d: usize, lanes: usize) -> usize {
+    (SHARED_BYTES / (8 * d + 4 * lanes)).clamp(1, 32)
+}
+
+/// Invocations per workgroup: [`WORKGROUP`], or natively `REXVQA_WIDE_LANES` (32, 128 or 256,
+/// read once), so that a GPU machine can time rows per workgroup against staging per row
+/// (`bench/device/run.sh`'s variants).
+fn lanes() -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *LANES.get_or_init(|| {
+            std::env::var("REXVQA_WIDE_LANES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|n| [32, 64, 128, 256].contains(n))
+                .unwrap_or(WORKGROUP)
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    WORKGROUP
 }
 
 /// Four floats of workgroup memory or registers, read and multiplied as one.
@@ -76,8 +98,10 @@ fn attention_wide_kernel(
     kv_stride: u32,
     groups: u32,
     scale: f32,
+    reach: u32,
     #[comptime] d: usize,
     #[comptime] tile: usize,
+    #[comptime] lanes: usize,
     #[comptime] has_mask: bool,
 ) {
     let d4 = comptime!(d / 4);
@@ -94,6 +118,16 @@ fn attention_wide_kernel(
     let mut row = 0usize;
     if active {
         row = i;
+    }
+    // Queries sit at the last t of s positions, and row i sees no key past s − t + i + reach:
+    // nothing past the workgroup's last row's horizon (from uniform values only, as the loop
+    // holds barriers).
+    let rows = threads / SPLIT;
+    let mut s_end = s;
+    let reach = reach as usize;
+    if reach < s {
+        let last = min(t, (CUBE_POS_X as usize + 1) * rows) - 1;
+        s_end = min(s, s - t + last + 1 + reach);
     }
     let kv_base = (h / groups as usize) * kv_stride as usize;
     // This invocation's channels: runs part · c4 .. (part + 1) · c4 of the row's d / 4.
@@ -113,11 +147,11 @@ fn attention_wide_kernel(
     }
     let mut ks = Shared::<[V4]>::new_slice(comptime!(tile * d4));
     let mut vs = Shared::<[V4]>::new_slice(comptime!(tile * d4));
-    let mut shares = Shared::<[f32]>::new_slice(comptime!(WORKGROUP * tile));
+    let mut shares = Shared::<[f32]>::new_slice(comptime!(lanes * tile));
     let mut m = f32::new(SKIP);
     let mut l = 0.0f32;
     let mut j0 = 0usize;
-    while j0 < s {
+    while j0 < s_end {
         let tile_base = kv_base + j0 * d;
         let tile_end = kv_base + s * d;
         let mut e = lane;
@@ -218,13 +252,15 @@ fn attention_wide_kernel(
 #[backend_extension(Cube, Flex)]
 pub trait WideAttentionOps: burn::backend::Backend {
     /// `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, `mask` `[t, s]` (0 or −∞) →
-    /// `[heads, t, d]`.
+    /// `[heads, t, d]`; `lookahead` as [`crate::model::attention::Mask::lookahead`].
+    #[allow(clippy::too_many_arguments)]
     fn wide_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         mask: FloatTensor<Self>,
         has_mask: bool,
+        lookahead: Option<usize>,
         groups: usize,
         scale: f32,
     ) -> FloatTensor<Self>;
@@ -237,6 +273,7 @@ impl WideAttentionOps for Flex {
         _v: FloatTensor<Self>,
         _mask: FloatTensor<Self>,
         _has_mask: bool,
+        _lookahead: Option<usize>,
         _groups: usize,
         _scale: f32,
     ) -> FloatTensor<Self> {
@@ -253,6 +290,7 @@ impl WideAttentionOps for CubeBackend {
         v: CubeTensor,
         mask: CubeTensor,
         has_mask: bool,
+        lookahead: Option<usize>,
         groups: usize,
         scale: f32,
     ) -> CubeTensor {
@@ -273,11 +311,11 @@ impl WideAttentionOps for CubeBackend {
             [heads, t, d].into(),
             DType::F32,
         );
-        let rows = WORKGROUP / SPLIT;
+        let lanes = lanes();
         attention_wide_kernel::launch(
             &client,
-            cubecl::CubeCount::Static(t.div_ceil(rows) as u32, heads as u32, 1),
-            cubecl::CubeDim::new_1d(WORKGROUP as u32),
+            cubecl::CubeCount::Static(t.div_ceil(lanes / SPLIT) as u32, heads as u32, 1),
+            cubecl::CubeDim::new_1d(lanes as u32),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
@@ -288,8 +326,13 @@ impl WideAttentionOps for CubeBackend {
             kv_stride as u32,
             groups as u32,
             scale,
+            // No promise: a reach past every key.
+            lookahead
+                .filter(|_| has_mask)
+                .map_or(u32::MAX, |n| n.min(s) as u32),
             d,
-            tile_for(d),
+            tile_for(d, lanes),
+            lanes,
             has_mask,
         );
         out

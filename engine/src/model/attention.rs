@@ -13,6 +13,27 @@ pub use crate::kernels::attention::Kernel;
 /// well under a storage-buffer binding (128 MiB on many WebGPU adapters).
 const SCORE_BLOCK_BYTES: usize = 32 << 20;
 
+/// An additive attention mask (`[t, s]`, 0 or −∞) and what the caller promises about it.
+#[derive(Debug, Clone)]
+pub struct Mask {
+    /// The values: 0 where a query row attends to a key, −∞ where not.
+    pub values: Tensor<2>,
+    /// `Some(n)`: queries sit at the last `t` of the `s` key positions and row `i` sees no key
+    /// past position `s − t + i + n` (causal, with bidirectional spans of up to `n + 1` tokens), so
+    /// a kernel may skip the keys past it; `None`: no promise.
+    pub lookahead: Option<usize>,
+}
+
+/// How far past its own position a query may see under [`mask_values`] with these spans: the
+/// longest span but one (every span, not only the queries', keeps it simple and safe).
+pub fn lookahead(spans: &[Range<usize>]) -> usize {
+    spans
+        .iter()
+        .map(|r| r.len().saturating_sub(1))
+        .max()
+        .unwrap_or(0)
+}
+
 /// Scaled dot-product attention with an optional additive mask: on GPU devices the fused
 /// kernel (heads up to 128 wide), else the decode kernel (a few rows, heads up to 256 wide),
 /// else the wide-head kernel (more rows, heads up to 256 wide); blocked GEMMs on the CPU and for
@@ -26,7 +47,7 @@ pub fn attention(
     q: Tensor<3>,
     k: Tensor<3>,
     v: Tensor<3>,
-    mask: Option<Tensor<2>>,
+    mask: Option<Mask>,
     groups: usize,
     scale: f32,
 ) -> Tensor<3> {
@@ -36,6 +57,7 @@ pub fn attention(
             return kernel.run(q, k, v, mask, groups, scale);
         }
     }
+    let mask = mask.map(|m| m.values);
     blocked_attention(q, expand_kv(k, groups), expand_kv(v, groups), mask, scale)
 }
 
@@ -118,7 +140,7 @@ pub fn segmented_attention(
     k: Tensor<3>,
     v: Tensor<3>,
     q0: usize,
-    segments: &[(Range<usize>, Tensor<2>)],
+    segments: &[(Range<usize>, Mask)],
     groups: usize,
     scale: f32,
 ) -> Tensor<3> {
@@ -157,6 +179,30 @@ mod tests {
 
     fn allowed(m: &[f32], s: usize, q: usize, k: usize) -> bool {
         m[q * s + k] == 0.0
+    }
+
+    /// No row of a mask sees a key past its own position plus the spans' lookahead; the first
+    /// query of a span sees exactly that far.
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // spans: one image's token range
+    fn no_query_sees_past_its_lookahead() {
+        for (q0, t, spans, w) in [
+            (0, 12, vec![2..6], None),
+            (3, 9, vec![0..2, 5..11], Some(4)),
+            (4, 6, vec![], None),
+        ] {
+            let s = q0 + t;
+            let m = mask_values(q0, t, &spans, w);
+            let n = super::lookahead(&spans);
+            for i in 0..t {
+                for k in q0 + i + n + 1..s {
+                    assert!(!allowed(&m, s, i, k), "row {i} sees key {k} past {n}");
+                }
+            }
+        }
+        let m = mask_values(0, 12, &[2..6], None);
+        assert_eq!(super::lookahead(&[2..6]), 3);
+        assert!(allowed(&m, 12, 2, 5) && !allowed(&m, 12, 2, 6));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::ops::Range;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::ModelError;
-use super::attention::{mask_values, segmented_attention};
+use super::attention::{Mask, lookahead, mask_values, segmented_attention};
 use super::config::TextConfig;
 use super::kv_cache::{KvCache, LayerKv};
 use super::load::Loader;
@@ -137,7 +137,7 @@ struct LayerInputs<'a> {
     rope: &'a Rope,
     /// Rows of `x` that continue the cache independently, each with its mask
     /// `[rows, cached + rows]` (one segment: an ordinary continuation).
-    segments: &'a [(Range<usize>, Tensor<2>)],
+    segments: &'a [(Range<usize>, Mask)],
 }
 
 impl Attention {
@@ -528,15 +528,17 @@ impl Decoder {
             c.rope_scale,
         );
         let rope_local = Rope::new(&self.device, positions, c.head_dim, c.rope_base_swa, 1.0);
-        let masks = |w: Option<usize>| -> Vec<(Range<usize>, Tensor<2>)> {
+        let masks = |w: Option<usize>| -> Vec<(Range<usize>, Mask)> {
             segments
                 .iter()
                 .map(|(r, spans)| {
                     let n = r.len();
                     let m = mask_values(q0, n, spans, w);
                     crate::launches::note_upload();
-                    let m = Tensor::<2>::from_data(TensorData::new(m, [n, q0 + n]), &self.device);
-                    (r.clone(), m)
+                    let values =
+                        Tensor::<2>::from_data(TensorData::new(m, [n, q0 + n]), &self.device);
+                    let lookahead = Some(lookahead(spans));
+                    (r.clone(), Mask { values, lookahead })
                 })
                 .collect()
         };

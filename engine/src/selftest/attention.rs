@@ -5,7 +5,7 @@
 use burn::tensor::{Tensor, TensorData};
 
 use crate::model::ModelError;
-use crate::model::attention::{Kernel, blocked_attention, expand_kv};
+use crate::model::attention::{Kernel, Mask, blocked_attention, expand_kv};
 use crate::model::nn::read_f32;
 
 /// `(heads, groups, t, s, d)`: query heads, query heads per KV head, queries, keys, head size.
@@ -100,15 +100,21 @@ pub async fn max_error_vs_f64(
     };
     let mask_t =
         window.map(|_| Tensor::<2>::from_data(TensorData::new(mask.clone(), [t, s]), device));
+    // The masks are causal with the queries last: the decoder's promise, which lets the wide-head
+    // kernel stop at each workgroup's horizon.
+    let promised = mask_t.clone().map(|values| Mask {
+        values,
+        lookahead: Some(0),
+    });
     let (qt, kt, vt) = (
         tensor(&q, [heads, t, d]),
         tensor(&k, [kv, s, d]),
         tensor(&v, [kv, s, d]),
     );
     let out = match path {
-        Path::Fused => Kernel::Fused.run(qt, kt, vt, mask_t, groups, scale),
-        Path::Decode => Kernel::Decode.run(qt, kt, vt, mask_t, groups, scale),
-        Path::Wide => Kernel::Wide.run(qt, kt, vt, mask_t, groups, scale),
+        Path::Fused => Kernel::Fused.run(qt, kt, vt, promised, groups, scale),
+        Path::Decode => Kernel::Decode.run(qt, kt, vt, promised, groups, scale),
+        Path::Wide => Kernel::Wide.run(qt, kt, vt, promised, groups, scale),
         Path::Blocked => blocked_attention(
             qt,
             expand_kv(kt, groups),
