@@ -106,12 +106,13 @@ fn count_token(model: &Model, ids: &[u32]) -> Counted {
 
 /// The forms of the kernels that replace composed burn ops: turned off, the decoder runs as it
 /// did before them.
-const NEW_FORMS: [Form; 7] = [
+const NEW_FORMS: [Form; 8] = [
     Form::FusedNorm,
     Form::FusedRope,
     Form::FusedGelu,
     Form::FusedLayerNorm,
     Form::DecodeAttention,
+    Form::WideAttention,
     Form::StackedProduct,
     Form::GeluProduct,
 ];
