@@ -71,13 +71,17 @@ test('benchmark page: the kernel profile on WebGPU', { timeout: 600_000 }, async
   await page.getByTestId('bench-results').waitFor({ timeout: SLOW });
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('bench-save').click()]);
   const r = JSON.parse(readFileSync(await download.path(), 'utf8')).results;
-  // Every launch of a token, the 32-token prefill and an image encode timed on its own (Chromium's
-  // SwiftShader adapter has timestamp queries), the token's as many as its dispatch count, every
-  // noted byte on one of the pass's kernels, and one table row per kernel and pass.
+  // Every launch of a token, the 32-token prefill, an image encode, a question on a cached study
+  // and a study's 4 questions batched timed on its own (Chromium's SwiftShader adapter has timestamp
+  // queries), each as many as the dispatch count of the same work, every noted byte on one of the
+  // pass's kernels, and one table row per kernel and pass.
   assert.equal(r.profile.unavailable, null);
   const passes = r.profile.passes;
-  assert.deepEqual(passes.map((p) => p.pass), ['token', 'prefill 32', 'image']);
+  assert.deepEqual(passes.map((p) => p.pass),
+    ['token', 'prefill 32', 'image', 'question', 'study of 4 questions']);
   assert.equal(passes[0].dispatches, r.dispatches_per_token);
+  assert.equal(passes[3].dispatches, r.dispatches_per_question);
+  assert.equal(passes[4].dispatches, Math.round(4 * r.dispatches_per_question_batched));
   for (const p of passes) {
     assert.equal(p.timing, 'device');
     assert.equal(p.timed, p.dispatches, `${p.pass}: every launch timed`);
