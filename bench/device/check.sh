@@ -135,7 +135,7 @@ assert t8["image_speedup"] == 1.25 and t8["prefill_speedup"] == {"300": 1.25, "1
 assert t8["tiled_m256_speedup"] == {"blk.0.ffn_down native": 2.0}, t8
 vr = s["variants"]
 assert st["bench-variants"].startswith("ok"), st
-assert [r["env"] for r in vr] == ["", "REXVQA_TILE_PER=s4", "REXVQA_TILE_PER=v8", "REXVQA_ATTENTION=scalar",
+assert [r["env"] for r in vr] == ["", "REXVQA_WIDE_CHUNKS=1", "REXVQA_TILE_PER=v8", "REXVQA_ATTENTION=scalar",
                                  "REXVQA_DECODE_SPLIT=1", "REXVQA_GEMV_UNROLL=2", ""], vr
 assert [r["decode_tokens_per_s"] for r in vr] == [90.0, 90.0, None, 90.0, 10, 42, 90.0], vr
 assert vr[4]["token_kernels_us"] == {"QgemvKernel": 5000.0} and vr[4]["gpu_ms"] == {"token": 9.0}, vr

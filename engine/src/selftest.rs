@@ -313,10 +313,11 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
         .chain(vision.map(|(i, &d)| (d, false, 150 + i as u64)));
     for (d, decoder, seed) in widths {
         // The decoder: grouped query heads, a sliding window, queries after cached keys, keys
-        // past one workgroup tile. The vision tower: every query sees every key, no grouping,
-        // keys past one tile (72 wide: 26 keys per tile).
+        // past one workgroup tile and, at 256 wide on a GPU, split in two chunks that each see
+        // some (the question's form). The vision tower: every query sees every key, no
+        // grouping, keys past one tile (72 wide: 26 keys per tile).
         let (case, suffix) = if decoder {
-            (((4, 2, 5, 40, d), Some(16)), "")
+            (((4, 2, 5, 140, d), Some(100)), "")
         } else {
             (((2, 1, 40, 40, d), None), ".unmasked")
         };

@@ -136,24 +136,29 @@ fn wgpu_decode_attention_matches_an_f64_evaluation() {
 #[test]
 fn wgpu_wide_attention_matches_an_f64_evaluation() {
     let dev = gpu();
+    // The keys as the kernel splits them (whole on a software adapter such as lavapipe; on a GPU
+    // in 4 and 20 chunks for two cases), in one dispatch, and in 3 chunks joined by a second.
+    let paths = [
+        attention::Path::Wide,
+        attention::Path::WideChunks(1),
+        attention::Path::WideChunks(3),
+    ];
     for (i, (shape, window)) in WIDE_CASES.into_iter().enumerate() {
-        let t0 = std::time::Instant::now();
-        let err = pollster::block_on(attention::max_error_vs_f64(
-            &dev,
-            shape,
-            window,
-            i as u64,
-            attention::Path::Wide,
-        ))
-        .unwrap();
-        eprintln!(
-            "wide attention {shape:?} window {window:?}: max |Δ| {err:.2e} ({:.2} s)",
-            t0.elapsed().as_secs_f64()
-        );
-        assert!(
-            err < fused_attention::TOLERANCE,
-            "{shape:?} window {window:?}: max |Δ| {err:e}"
-        );
+        for path in paths {
+            let t0 = std::time::Instant::now();
+            let err = pollster::block_on(attention::max_error_vs_f64(
+                &dev, shape, window, i as u64, path,
+            ))
+            .unwrap();
+            eprintln!(
+                "wide attention {path:?} {shape:?} window {window:?}: max |Δ| {err:.2e} ({:.2} s)",
+                t0.elapsed().as_secs_f64()
+            );
+            assert!(
+                err < fused_attention::TOLERANCE,
+                "{path:?} {shape:?} window {window:?}: max |Δ| {err:e}"
+            );
+        }
     }
 }
 
@@ -427,9 +432,10 @@ fn wgpu_attention_reads_kv_cache_views_as_contiguous_keys() {
 }
 
 /// A causal mask's promise lets the wide-head kernel stop each workgroup at its last row's
-/// horizon: the same bits as scoring every key (the skipped ones are all masked), for prefills
-/// after cached keys and from the start, the latter with a bidirectional span as an image's. A
-/// false promise (every key visible) gives other numbers: the skip does happen.
+/// horizon: the same bits as scoring every key (the skipped ones are all masked), whole or with
+/// the keys split in chunks, for prefills after cached keys and from the start, the latter with
+/// a bidirectional span as an image's. A false promise (every key visible) gives other numbers:
+/// the skip does happen.
 #[test]
 #[allow(clippy::single_range_in_vec_init)] // spans: one image's token range
 fn wgpu_wide_attention_skips_only_keys_its_mask_hides() {
@@ -449,21 +455,26 @@ fn wgpu_wide_attention_skips_only_keys_its_mask_hides() {
             TensorData::new(mask_values(q0, t, &spans, None), [t, s]),
             &dev,
         );
-        let run = |lookahead| {
+        let run = |lookahead, chunks| {
             let mask = Mask {
                 values: values.clone(),
                 lookahead,
             };
+            let (q, k, v) = (q.clone(), k.clone(), v.clone());
             Kernel::Wide
-                .run(q.clone(), k.clone(), v.clone(), Some(mask), heads / kv, 0.1)
+                .run_chunked(q, k, v, Some(mask), heads / kv, 0.1, chunks)
                 .into_data()
         };
-        let (skipping, all) = (run(Some(lookahead(&spans))), run(None));
-        assert_eq!(
-            skipping.as_slice::<f32>().unwrap(),
-            all.as_slice::<f32>().unwrap(),
-            "{t} rows after {q0} cached, spans {spans:?}"
-        );
+        // Whole, and split in 3 chunks: a chunk past a workgroup's horizon adds nothing.
+        for chunks in [Some(1), Some(3)] {
+            let (skipping, every) = (run(Some(lookahead(&spans)), chunks), run(None, chunks));
+            assert_eq!(
+                skipping.as_slice::<f32>().unwrap(),
+                every.as_slice::<f32>().unwrap(),
+                "{t} rows after {q0} cached, spans {spans:?}, {chunks:?} chunks"
+            );
+        }
+        let all = run(None, None);
         if spans.is_empty() {
             let open = Mask {
                 values: Tensor::<2>::zeros([t, s], &dev),

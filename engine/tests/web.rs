@@ -187,14 +187,17 @@ mod model_in_browser {
     async fn wide_attention_matches_an_f64_evaluation_on_webgpu() {
         use rexvqa_engine::selftest::attention::{self, Path, WIDE_CASES};
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
+        // As the kernel splits the keys, whole, and in 3 chunks joined by a second dispatch.
         for (i, (shape, window)) in WIDE_CASES.into_iter().enumerate() {
-            let err = attention::max_error_vs_f64(&dev, shape, window, i as u64, Path::Wide)
-                .await
-                .unwrap();
-            assert!(
-                err < attention::TOLERANCE,
-                "{shape:?} window {window:?}: max |Δ| {err:e}"
-            );
+            for path in [Path::Wide, Path::WideChunks(1), Path::WideChunks(3)] {
+                let err = attention::max_error_vs_f64(&dev, shape, window, i as u64, path)
+                    .await
+                    .unwrap();
+                assert!(
+                    err < attention::TOLERANCE,
+                    "{path:?} {shape:?} window {window:?}: max |Δ| {err:e}"
+                );
+            }
         }
     }
 

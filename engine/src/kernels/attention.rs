@@ -70,6 +70,23 @@ impl Kernel {
         groups: usize,
         scale: f32,
     ) -> Tensor<3> {
+        self.run_chunked(q, k, v, mask, groups, scale, None)
+    }
+
+    /// [`Kernel::run`] with the wide-head kernel's keys split into `chunks` (`None`: as
+    /// [`wide::chunks_for`] chooses; the other kernels ignore it), so that tests reach each
+    /// form.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_chunked(
+        self,
+        q: Tensor<3>,
+        k: Tensor<3>,
+        v: Tensor<3>,
+        mask: Option<Mask>,
+        groups: usize,
+        scale: f32,
+        chunks: Option<usize>,
+    ) -> Tensor<3> {
         let lookahead = mask.as_ref().and_then(|m| m.lookahead);
         let has_mask = mask.is_some();
         // Without a mask the kernel never reads it; any f32 buffer satisfies the binding.
@@ -77,7 +94,7 @@ impl Kernel {
         let (q, k, v) = (q.into_dispatch(), k.into_dispatch(), v.into_dispatch());
         let out = match self {
             Kernel::Wide => <Dispatch as wide::WideAttentionOps>::wide_attention(
-                q, k, v, mask, has_mask, lookahead, groups, scale,
+                q, k, v, mask, has_mask, lookahead, groups, scale, chunks,
             ),
             _ => {
                 let op: KernelOp = match self {

@@ -332,6 +332,30 @@ fn decode_attention_combine_kernel(
     }
 }
 
+/// Joins `splits` parts of each of `out`'s rows (`o_part [rows, splits, d]` of unnormalised
+/// sums, `ml_part [rows, splits, 2]` of maxima and weight sums; `d` ≤ [`ROW_THREADS`]) with
+/// [`decode_attention_combine_kernel`]: the split decode and wide-head attention's second pass.
+pub(super) fn join_splits(
+    client: &cubecl::client::Client,
+    o_part: CubeTensor,
+    ml_part: CubeTensor,
+    out: CubeTensor,
+    d: usize,
+    splits: usize,
+) {
+    let rows = o_part.meta.shape().dims::<3>()[0];
+    decode_attention_combine_kernel::launch(
+        client,
+        cubecl::CubeCount::Static(1, rows as u32, 1),
+        cubecl::CubeDim::new_1d(ROW_THREADS),
+        o_part.into_tensor_arg(),
+        ml_part.into_tensor_arg(),
+        out.into_tensor_arg(),
+        d as u32,
+        splits as u32,
+    );
+}
+
 /// Decode attention as one kernel (GPU backends only; see [`super::attention::Kernel::supports`]).
 #[backend_extension(Cube, Flex)]
 pub trait DecodeAttentionOps: burn::backend::Backend {
@@ -416,16 +440,7 @@ impl DecodeAttentionOps for CubeBackend {
                 per as u32,
                 has_mask,
             );
-            decode_attention_combine_kernel::launch(
-                &client,
-                cubecl::CubeCount::Static(1, (heads * t) as u32, 1),
-                cubecl::CubeDim::new_1d(ROW_THREADS),
-                o_part.into_tensor_arg(),
-                ml_part.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-                d as u32,
-                splits as u32,
-            );
+            join_splits(&client, o_part, ml_part, out.clone(), d, splits);
             return out;
         }
         decode_attention_kernel::launch(

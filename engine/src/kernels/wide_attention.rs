@@ -15,7 +15,10 @@
 //! where the caller promises a causal mask (a lookahead), a workgroup stops at the last key any of
 //! its rows can see: about half the tiles of a prefill. On an H200 that took a 1,000-token
 //! prefill's attention from 82.5 to 68.4 ms and left a 300-token one at 13.9 ms: its 152
-//! workgroups are one wave, timed by the last rows' (which see every key).
+//! workgroups are one wave, timed by the last rows' (which see every key). So where a launch
+//! makes few workgroups, the keys are split in chunks of whole tiles ([`chunks_for`]), a
+//! workgroup per chunk, and a second dispatch joins the chunks' online softmaxes
+//! (`decode_attention::join_splits`, as split decoding does).
 
 // CubeCL needs a variable declared before runtime branches assign it.
 #![allow(unused_assignments)]
@@ -84,8 +87,10 @@ fn lanes() -> usize {
 type V4 = Vector<f32, Const<4>>;
 
 /// `out[h, i] = Σ_j softmax_j(scale · q[h,i]·k[g,j] + mask[i,j]) · v[g,j]` with `g = h / groups`;
-/// workgroup `(block of rows, h)`, invocation `lane` on row `lane / SPLIT`, channels of part
-/// `lane % SPLIT`. The loops over an invocation's channels are unrolled (see
+/// workgroup `(block of rows, h, chunk of keys)`, invocation `lane` on row `lane / SPLIT`,
+/// channels of part `lane % SPLIT`. Whole (one chunk), `out` is `[h, t, d]`; `split`, it is
+/// `[h · t, chunks, d]` of unnormalised sums and `ml` `[h · t, chunks, 2]` of maxima and weight
+/// sums, for the join. The loops over an invocation's channels are unrolled (see
 /// [`super::fused_attention`] on llvmpipe's loop budget).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -95,16 +100,19 @@ fn attention_wide_kernel(
     v: &Tensor<f32>,
     mask: &Tensor<f32>,
     out: &mut Tensor<f32>,
+    ml: &mut Tensor<f32>,
     t: u32,
     s: u32,
     kv_stride: u32,
     groups: u32,
     scale: f32,
     reach: u32,
+    chunk_keys: u32,
     #[comptime] d: usize,
     #[comptime] tile: usize,
     #[comptime] lanes: usize,
     #[comptime] has_mask: bool,
+    #[comptime] split: bool,
 ) {
     let d4 = comptime!(d / 4);
     let c4 = comptime!(d / 4 / SPLIT);
@@ -152,8 +160,13 @@ fn attention_wide_kernel(
     let mut shares = Shared::<[f32]>::new_slice(comptime!(lanes * tile));
     let mut m = f32::new(SKIP);
     let mut l = 0.0f32;
-    let mut j0 = 0usize;
-    while j0 < s_end {
+    // This workgroup's chunk of the keys (all of them unsplit). A chunk is whole tiles, so no
+    // tile straddles two chunks and `j < s` is the only bound a key needs.
+    let chunk = CUBE_POS_Z as usize;
+    let chunks = CUBE_COUNT_Z as usize;
+    let mut j0 = chunk * chunk_keys as usize;
+    let j_end = min(s_end, j0 + chunk_keys as usize);
+    while j0 < j_end {
         let tile_base = kv_base + j0 * d;
         let tile_end = kv_base + s * d;
         let mut e = lane;
@@ -237,14 +250,29 @@ fn attention_wide_kernel(
         j0 += tile;
     }
     if active {
-        let o_base = (h * t + i) * d + 4 * first;
+        // Split, the chunk's unnormalised sums and its maximum and weight sum for the join (a
+        // chunk past the row's horizon leaves 0, the stand-in for −∞ and 0: it adds nothing).
+        let part_row = (h * t + i) * chunks + chunk;
+        let o_base = part_row * d + 4 * first;
+        let mut norm = 1.0f32;
+        if comptime!(!split) {
+            norm = l;
+        }
         #[unroll]
         for c in 0..c4 {
             let o = acc[c];
-            out[o_base + 4 * c] = o.extract(0usize) / l;
-            out[o_base + 4 * c + 1] = o.extract(1usize) / l;
-            out[o_base + 4 * c + 2] = o.extract(2usize) / l;
-            out[o_base + 4 * c + 3] = o.extract(3usize) / l;
+            out[o_base + 4 * c] = o.extract(0usize) / norm;
+            out[o_base + 4 * c + 1] = o.extract(1usize) / norm;
+            out[o_base + 4 * c + 2] = o.extract(2usize) / norm;
+            out[o_base + 4 * c + 3] = o.extract(3usize) / norm;
+        }
+        if comptime!(split) {
+            // A row's invocations hold the same maximum and sum: its first writes them.
+            let writes = part == 0;
+            if writes {
+                ml[part_row * 2] = m;
+                ml[part_row * 2 + 1] = l;
+            }
         }
     }
 }
@@ -254,7 +282,8 @@ fn attention_wide_kernel(
 #[backend_extension(Cube, Flex)]
 pub trait WideAttentionOps: burn::backend::Backend {
     /// `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, `mask` `[t, s]` (0 or −∞) →
-    /// `[heads, t, d]`; `lookahead` as [`crate::model::attention::Mask::lookahead`].
+    /// `[heads, t, d]`; `lookahead` as [`crate::model::attention::Mask::lookahead`]; the keys
+    /// split into `chunks` (at most one a tile of keys), or as [`chunks_for`] chooses.
     #[allow(clippy::too_many_arguments)]
     fn wide_attention(
         q: FloatTensor<Self>,
@@ -265,6 +294,7 @@ pub trait WideAttentionOps: burn::backend::Backend {
         lookahead: Option<usize>,
         groups: usize,
         scale: f32,
+        chunks: Option<usize>,
     ) -> FloatTensor<Self>;
 }
 
@@ -278,6 +308,7 @@ impl WideAttentionOps for Flex {
         _lookahead: Option<usize>,
         _groups: usize,
         _scale: f32,
+        _chunks: Option<usize>,
     ) -> FloatTensor<Self> {
         unreachable!(
             "the CPU uses the blocked GEMM attention (attention::attention checks the device)"
@@ -295,34 +326,65 @@ impl WideAttentionOps for CubeBackend {
         lookahead: Option<usize>,
         groups: usize,
         scale: f32,
+        chunks: Option<usize>,
     ) -> CubeTensor {
         let q = into_contiguous(q);
         let (k, v, kv_stride) = super::fused_attention::kv_rows(k, v);
         let mask = into_contiguous(mask);
         let [heads, t, d] = q.meta.shape().dims::<3>();
         let s = k.meta.shape().dims::<3>()[1];
-        // q, the valid keys and values of every KV head, the mask, the output.
+        let lanes = lanes();
+        let tile = tile_for(d, lanes);
+        let blocks = t.div_ceil(lanes / SPLIT);
+        // Whole tiles a chunk, and no chunk left empty by the rounding.
+        let wanted = if heads * t > MAX_JOIN_ROWS {
+            1
+        } else {
+            let software = q.client.properties().identity.physical.is_none();
+            let n = chunks.unwrap_or_else(|| chunks_for(blocks * heads, s, software));
+            n.clamp(1, s.div_ceil(tile))
+        };
+        let chunk_keys = tile * s.div_ceil(wanted).div_ceil(tile);
+        let chunks = s.div_ceil(chunk_keys);
+        // q, the valid keys and values of every KV head, the mask, the output; split, the
+        // chunks' sums written and read again.
         let kv_heads = k.meta.shape().dims::<3>()[0];
         let mask_bytes = if has_mask { t * s * 4 } else { 0 };
-        crate::launches::note_bytes(2 * heads * t * d * 4 + 2 * kv_heads * s * d * 4 + mask_bytes);
+        let part_bytes = if chunks > 1 {
+            2 * heads * t * chunks * (d + 2) * 4
+        } else {
+            0
+        };
+        crate::launches::note_bytes(
+            2 * heads * t * d * 4 + 2 * kv_heads * s * d * 4 + mask_bytes + part_bytes,
+        );
         crate::launches::note_flop(4 * (heads * t) as u64 * (s * d) as u64);
         let client = q.client.clone();
-        let out = empty_device_dtype(
-            client.clone(),
-            q.device.clone(),
-            [heads, t, d].into(),
-            DType::F32,
-        );
-        let lanes = lanes();
+        let tensor = |shape: Vec<usize>| {
+            empty_device_dtype(client.clone(), q.device.clone(), shape.into(), DType::F32)
+        };
+        let out = tensor(vec![heads, t, d]);
+        let split = chunks > 1;
+        // Unsplit, the kernel writes the output and no maximum or sum: a float stands in for
+        // them (a binding of its own: WebGPU refuses two writable bindings of one buffer).
+        let (sums, ml) = if split {
+            (
+                tensor(vec![heads * t, chunks, d]),
+                tensor(vec![heads * t, chunks, 2]),
+            )
+        } else {
+            (out.clone(), tensor(vec![1]))
+        };
         attention_wide_kernel::launch(
             &client,
-            cubecl::CubeCount::Static(t.div_ceil(lanes / SPLIT) as u32, heads as u32, 1),
+            cubecl::CubeCount::Static(blocks as u32, heads as u32, chunks as u32),
             cubecl::CubeDim::new_1d(lanes as u32),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
             mask.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
+            sums.clone().into_tensor_arg(),
+            ml.clone().into_tensor_arg(),
             t as u32,
             s as u32,
             kv_stride as u32,
@@ -332,11 +394,65 @@ impl WideAttentionOps for CubeBackend {
             lookahead
                 .filter(|_| has_mask)
                 .map_or(u32::MAX, |n| n.min(s) as u32),
+            chunk_keys as u32,
             d,
-            tile_for(d, lanes),
+            tile,
             lanes,
             has_mask,
+            split,
         );
+        if split {
+            super::decode_attention::join_splits(&client, sums, ml, out.clone(), d, chunks);
+        }
         out
     }
+}
+
+/// Workgroups a split aims for: a large GPU's multiprocessors several times over (132 on an
+/// H100), each workgroup two warps of [`WORKGROUP`] invocations.
+const TARGET_WORKGROUPS: usize = 1024;
+
+/// Fewest keys a chunk takes (9 tiles of 7 at d = 256): fewer, and the join's reads and the
+/// chunks' staging outweigh the shorter loop.
+pub const MIN_CHUNK_KEYS: usize = 64;
+
+/// Most chunks a row's keys are split into.
+const MAX_CHUNKS: usize = 32;
+
+/// Query rows and heads past which nothing splits: the join takes a workgroup a row and head,
+/// and a dispatch at most 65,535 a dimension.
+const MAX_JOIN_ROWS: usize = 65_535;
+
+/// Chunks of the keys for `workgroups` unsplit workgroups over `s` keys: enough for
+/// [`TARGET_WORKGROUPS`] on a GPU, one on a `software` adapter; natively `REXVQA_WIDE_CHUNKS`
+/// (read once; 1 keeps every launch whole) for timing the forms on a GPU machine.
+///
+/// Why: a question's 330-token prefill is 21 workgroups of 16 rows for each of 8 heads, one
+/// wave on an H200, whose time is the last rows' (they see every key; 13.9 ms of its 152.8 ms
+/// of device time, 2026-11-27); split, each workgroup walks a chunk of them and a second
+/// dispatch joins the chunks' online softmaxes. A software adapter runs workgroups on a few CPU
+/// threads, where the split only adds work: Gemma 3 270M's 300-token prefill on lavapipe spent
+/// 4.41 s in attention and join with 4 chunks against 3.41 s whole (2-core VM, another build
+/// running, 2026-11-28).
+pub fn chunks_for(workgroups: usize, s: usize, software: bool) -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        let forced = FORCED.get_or_init(|| {
+            std::env::var("REXVQA_WIDE_CHUNKS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n| n >= 1)
+        });
+        if let Some(n) = *forced {
+            return n;
+        }
+    }
+    if software {
+        return 1;
+    }
+    TARGET_WORKGROUPS
+        .div_ceil(workgroups.max(1))
+        .min(s / MIN_CHUNK_KEYS)
+        .clamp(1, MAX_CHUNKS)
 }

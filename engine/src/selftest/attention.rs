@@ -18,8 +18,10 @@ pub enum Path {
     Fused,
     /// The decode kernel ([`Kernel::Decode`], GPU only).
     Decode,
-    /// The wide-head kernel ([`Kernel::Wide`], GPU only).
+    /// The wide-head kernel ([`Kernel::Wide`], GPU only), its keys split as it chooses.
     Wide,
+    /// The wide-head kernel with its keys split into this many chunks (1: one dispatch).
+    WideChunks(usize),
     /// Materialised scores ([`blocked_attention`], every device).
     Blocked,
 }
@@ -115,6 +117,9 @@ pub async fn max_error_vs_f64(
         Path::Fused => Kernel::Fused.run(qt, kt, vt, promised, groups, scale),
         Path::Decode => Kernel::Decode.run(qt, kt, vt, promised, groups, scale),
         Path::Wide => Kernel::Wide.run(qt, kt, vt, promised, groups, scale),
+        Path::WideChunks(n) => {
+            Kernel::Wide.run_chunked(qt, kt, vt, promised, groups, scale, Some(n))
+        }
         Path::Blocked => blocked_attention(
             qt,
             expand_kv(kt, groups),
