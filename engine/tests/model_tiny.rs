@@ -159,6 +159,13 @@ fn compare(case: &Case, image0: &Tensor<2>, tol: f32, feat_tol: f32) -> (f32, f3
                 max_logit =
                     max_logit.max((logits[*id as usize] - l.as_f64().unwrap() as f32).abs());
             }
+            // The chosen-ids head that fast mode scores the letters with, against the same values.
+            let row = h.clone().slice([p..p + 1, 0..hidden]);
+            let chosen = pollster::block_on(read_f32(m.decoder.logits_for(row, &subset))).unwrap();
+            assert_eq!(chosen.len(), subset.len());
+            for (got, l) in chosen.iter().zip(want["subset"].as_array().unwrap()) {
+                max_logit = max_logit.max((got - l.as_f64().unwrap() as f32).abs());
+            }
             let top0 = want["top"][0][0].as_u64().unwrap() as usize;
             assert_eq!(
                 rexvqa_engine::session::argmax(&logits),
