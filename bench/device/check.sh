@@ -102,6 +102,8 @@ export VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.j
 # after it would skip a later step, so the deadline is generous and the cap does the timing out.
 out=$tmp/out
 mkdir -p "$out"
+# The variants the stub answers in kind (its decode figure follows the variables it is given).
+KIT_VARIANTS='REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v8;REXVQA_ATTENTION=scalar;REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_UNROLL=2' \
 OUT=$out KIT_DIR=$kit KIT_STEP_LIMIT_S=3 KIT_DEADLINE_S=120 bench/device/run.sh 2>"$tmp/run.log" ||
   { cat "$tmp/run.log" >&2; fail "run.sh failed on the stub kit"; }
 mkdir -p "$out/x" && tar -C "$out/x" -xf "$out/steps.tar"

@@ -549,12 +549,13 @@ run_step bench-tile8 "$B_TILE8" stdout -- env REXVQA_TILE_PER=v8 "${LAUNCH_REX[@
   --mmproj "$MMPROJ" --backend wgpu --prefill "$PREFILL" --decode 8 --official-max-tokens 8 --kernel-rows 256 "${ROOF[@]}"
 
 # 11. Kernel forms chosen by environment variables (KIT_VARIANTS: `;`-separated runs, each a
-# space-separated list of VAR=VALUE; by default the wide-head attention unsplit (one dispatch, no
-# chunks of keys), the tiled kernel's 8 x 8 blocks, the fused (vision) attention's scalar form, decode attention split over the keys,
-# and two K-quant chunks a step in the matrix-vector kernel), each against the defaults run first and last (the spread of those two says how far one
-# run can be trusted): the pair, with the image prompt's context for decoding, and the kernel
-# profile of each; each form's self-test before its bench.
-KIT_VARIANTS=${KIT_VARIANTS-REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v8;REXVQA_ATTENTION=scalar;REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_UNROLL=2}
+# space-separated list of VAR=VALUE; by default the tiled product never split over its rows'
+# weights, the wide-head attention unsplit (one dispatch, no chunks of keys), the tiled kernel's
+# 8 x 8 blocks split as chosen and unsplit, and the tiled product in 6 chunks), each against the
+# defaults run first and last (the spread of those two says how far one run can be trusted): the
+# pair, with the image prompt's context for decoding, and the kernel profile of each; each form's
+# self-test before its bench.
+KIT_VARIANTS=${KIT_VARIANTS-REXVQA_TILE_SPLIT=1;REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v8;REXVQA_TILE_PER=v8 REXVQA_TILE_SPLIT=1;REXVQA_TILE_SPLIT=6}
 # A child bash runs it (timeout cannot run a function): the arrays go over as strings.
 bench_variants() {
   local variant sep="" out checks

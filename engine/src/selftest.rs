@@ -198,7 +198,7 @@ fn in_use(device: &Device) -> String {
         return "the CPU path".into();
     }
     let label = |m| {
-        resolve(device, Kernel::Auto, m)
+        resolve(device, Kernel::Auto, m, K)
             .form()
             .map_or("?", Form::label)
     };
@@ -218,7 +218,7 @@ const N: usize = 13;
 /// one matrix–vector group (the sizes [`Kernel::Auto`] gives each).
 fn rows_for(kernel: Kernel) -> usize {
     match kernel {
-        Kernel::Tiled => GEMV_MAX_M + 1,
+        Kernel::Tiled | Kernel::TiledSplit => GEMV_MAX_M + 1,
         _ => 3,
     }
 }
@@ -297,7 +297,7 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
     // The native f16 form through the decoding kernel the automatic choice now takes, so a
     // broken kernel is not blamed on the f16 form.
     if Half::available(device).contains(&Half::Native) {
-        let kernel = crate::quant::resolve(device, Kernel::Auto, 3);
+        let kernel = crate::quant::resolve(device, Kernel::Auto, 3, K);
         for (i, &ty) in plan.types.iter().enumerate().filter(|(_, t)| has_half(**t)) {
             let r = matmul_error(device, kernel, Half::Native, ty, 3, N, K, i as u64).await;
             let name = format!("f16_native.{}", snake_ty(ty));
@@ -369,17 +369,24 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
             check("fused.qk_norm_rope_store".into(), Some(Form::FusedRope), r),
         );
         // The products' own fusions, through the kernels the automatic choice now takes:
-        // Q4_K_M's q+k (Q4_K) and v (Q6_K) as one product, at decode and prefill sizes, and a
-        // joined gate and up with the GELU in the decode product.
+        // Q4_K_M's q+k (Q4_K) and v (Q6_K) as one product, at decode and prefill sizes (the
+        // prefill's split over the weights too, which the model's long rows take on a GPU),
+        // and a joined gate and up with the GELU in the decode product.
         let pair = [GgmlType::Q4_K, GgmlType::Q6_K];
-        for m in [3, GEMV_MAX_M + 1] {
-            let kernel = crate::quant::resolve(device, Kernel::Auto, m);
+        let mut stacked: Vec<Kernel> = [3, GEMV_MAX_M + 1]
+            .map(|m| crate::quant::resolve(device, Kernel::Auto, m, K))
+            .into();
+        if kernels.contains(&Kernel::TiledSplit) && !stacked.contains(&Kernel::TiledSplit) {
+            stacked.push(Kernel::TiledSplit);
+        }
+        for kernel in stacked {
+            let m = rows_for(kernel);
             let r = conformance::stacked_error(device, kernel, Half::Auto, pair, m, [N, 5], K, 400)
                 .await;
             let name = format!("stacked.{}", snake(kernel));
             timed(&mut checks, check(name, Some(Form::StackedProduct), r));
         }
-        let kernel = crate::quant::resolve(device, Kernel::Auto, 1);
+        let kernel = crate::quant::resolve(device, Kernel::Auto, 1, K);
         let r = conformance::gelu_product_error(
             device,
             kernel,

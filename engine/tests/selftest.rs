@@ -103,6 +103,8 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
         "fused.layer_norm",
         "stacked.naive",
         "stacked.tiled",
+        "stacked.tiled_split",
+        "matmul.tiled_split.q4_k",
         "gelu_product.naive",
         "forward.tiny",
         "argmax",
@@ -116,7 +118,7 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
 }
 
 /// A wrong result from the form the automatic choice takes on lavapipe for decoding (naive),
-/// from the fused and decode attention kernels, from every fused row kernel, from the two fused
+/// from the split tiled product, from the fused and decode attention kernels, from every fused row kernel, from the two fused
 /// products and from the device argmax:
 /// each is caught and turned off with the reason, and the tiny model's forward, now through
 /// gemv, blocked attention and composed norms, still matches the CPU.
@@ -124,8 +126,9 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
 fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
     let dev = gpu();
-    assert_eq!(resolve(&dev, Kernel::Auto, 1), Kernel::Naive);
+    assert_eq!(resolve(&dev, Kernel::Auto, 1, 256), Kernel::Naive);
     forms::inject_fault(Form::Naive);
+    forms::inject_fault(Form::TiledSplit);
     forms::inject_fault(Form::FusedAttention);
     forms::inject_fault(Form::DecodeAttention);
     forms::inject_fault(Form::WideAttention);
@@ -137,7 +140,7 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     forms::inject_fault(Form::GeluProduct);
     let r = run(&dev, &medgemma_plan());
     forms::clear_faults();
-    let now = resolve(&dev, Kernel::Auto, 1);
+    let now = resolve(&dev, Kernel::Auto, 1, 256);
     let fused_on = [
         Form::FusedAttention,
         Form::DecodeAttention,
@@ -155,6 +158,7 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
         off,
         [
             Form::Naive,
+            Form::TiledSplit,
             Form::DecodeAttention,
             Form::WideAttention,
             Form::FusedAttention,
@@ -182,6 +186,7 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     );
     assert!(
         failed(&r).iter().all(|n| n.starts_with("matmul.naive.")
+            || n.starts_with("matmul.tiled_split.")
             || n.starts_with("fused.")
             || n.starts_with("stacked.")
             || n.starts_with("gelu_product.")
@@ -361,7 +366,7 @@ fn the_cli_on_wgpu_passes_on_lavapipe_and_fails_with_an_injected_fault() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tiled matmul turned off"), "{stderr}");
     assert!(
-        stderr.contains("9 of 62 self-test checks failed"),
+        stderr.contains("9 of 72 self-test checks failed"),
         "{stderr}"
     );
 }

@@ -49,11 +49,14 @@ pub enum Form {
     /// The wide-head attention kernel ([`crate::kernels::wide_attention`]); the blocked path
     /// replaces it.
     WideAttention,
+    /// The tiled matmul split over its rows' weights ([`crate::quant::Kernel::TiledSplit`]);
+    /// the whole tiled product replaces it.
+    TiledSplit,
 }
 
 impl Form {
     /// Every form.
-    pub const ALL: [Form; 15] = [
+    pub const ALL: [Form; 16] = [
         Form::Naive,
         Form::Gemv,
         Form::GemvSubgroup,
@@ -69,6 +72,7 @@ impl Form {
         Form::StackedProduct,
         Form::GeluProduct,
         Form::WideAttention,
+        Form::TiledSplit,
     ];
 
     fn bit(self) -> u32 {
@@ -93,6 +97,7 @@ impl Form {
             Form::StackedProduct => "two-type product",
             Form::GeluProduct => "GELU in the product",
             Form::WideAttention => "wide attention",
+            Form::TiledSplit => "split tiled matmul",
         }
     }
 }

@@ -940,6 +940,47 @@ pub fn qgemv_kernel<H: CubePrimitive>(
     }
 }
 
+/// The weights `k_begin .. k_end` of a row that the workgroup at `CUBE_POS_Z` multiplies, and
+/// where its outputs start: the whole row at 0 where `k_chunk ≥ k` (one chunk), otherwise
+/// chunk `z` of `k_chunk` weights, whose sums go to the `z`-th `m × ld` block of partial sums
+/// that [`split_sum_kernel`] adds up. `k_chunk` is a multiple of the kernel's step, so the
+/// chunks' steps are the unsplit kernel's steps, each in one chunk.
+#[cube]
+fn split_range(k: usize, k_chunk: usize, m: usize, ld: usize) -> (usize, usize, usize) {
+    let z = CUBE_POS_Z as usize;
+    let k_begin = z * k_chunk;
+    let mut k_end = k_begin + k_chunk;
+    if k_end > k {
+        k_end = k;
+    }
+    (k_begin, k_end, z * m * ld)
+}
+
+/// `out[r, col0 + c] = Σ_z part[z, r, c]` over the `splits` blocks of partial sums a tiled
+/// product split over its row's weights wrote (`part` is `[splits, m, n]`), in chunk order, so
+/// a product's bits depend on its split count and nothing else.
+#[cube(launch)]
+pub fn split_sum_kernel(
+    part: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    m: u32,
+    n: u32,
+    ld: u32,
+    col0: u32,
+    splits: u32,
+) {
+    let idx = ABSOLUTE_POS;
+    let (m, n) = (m as usize, n as usize);
+    if idx >= m * n {
+        terminate!();
+    }
+    let mut s = part[idx];
+    for z in 1..splits as usize {
+        s += part[z * m * n + idx];
+    }
+    out[(idx / n) * ld as usize + col0 as usize + idx % n] = s;
+}
+
 /// Output tile side of [`qmatmul_tiled_kernel`] (input rows × weight rows per workgroup).
 pub const TILE: usize = 64;
 /// Weights per row staged per step; 2 · 64 · 17 floats = 8.5 KiB of workgroup memory (within
@@ -1107,6 +1148,7 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     row_words2: u32,
     ld: u32,
     col0: u32,
+    k_chunk: u32,
     #[comptime] ty: u32,
     #[comptime] ty2: u32,
     #[comptime] stacked: bool,
@@ -1119,6 +1161,7 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     let n1 = n1 as usize;
     let rw = row_words as usize;
     let rw2 = row_words2 as usize;
+    let (k_begin, k_end, out_base) = split_range(k, k_chunk as usize, m, ld as usize);
     let per = comptime!(TILE_PER as usize);
     let side = comptime!(TILE / per);
     let threads = comptime!(side * side);
@@ -1135,8 +1178,8 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
     for e in 0..comptime!(per * per) {
         acc[e] = 0.0f32;
     }
-    let mut k0 = 0usize;
-    while k0 < k {
+    let mut k0 = k_begin;
+    while k0 < k_end {
         // Each invocation stages runs of 4 neighbouring columns of one row, so that a K-quant
         // run is decoded from one word of quants and one set of scales ([`stage_run`]).
         #[unroll]
@@ -1195,7 +1238,7 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
         for jn in 0..per {
             let col = bn + tx + jn * side;
             if row < m && col < n {
-                out[row * ld as usize + col0 as usize + col] = acc[i * per + jn];
+                out[out_base + row * ld as usize + col0 as usize + col] = acc[i * per + jn];
             }
         }
     }
@@ -1239,6 +1282,7 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
     row_words2: u32,
     ld: u32,
     col0: u32,
+    k_chunk: u32,
     #[comptime] ty: u32,
     #[comptime] ty2: u32,
     #[comptime] stacked: bool,
@@ -1252,6 +1296,7 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
     let n1 = n1 as usize;
     let rw = row_words as usize;
     let rw2 = row_words2 as usize;
+    let (k_begin, k_end, out_base) = split_range(k, k_chunk as usize, m, ld as usize);
     let side = comptime!(VEC_SIDE as usize);
     let tile = comptime!(side * per as usize);
     let tk = comptime!(vec_tile_k(per));
@@ -1276,8 +1321,8 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
     let b = tid % comptime!(side * side / 2);
     let kc = b % comptime!(tk / 4);
     let rg = b / comptime!(tk / 4);
-    let mut k0 = 0usize;
-    while k0 < k {
+    let mut k0 = k_begin;
+    while k0 < k_end {
         let j0 = k0 + kc * 4;
         // vals[4 · i + t]: row 4 · rg + i, column j0 + t.
         let mut vals = Array::<f32>::new(16usize);
@@ -1356,7 +1401,7 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
             for u in 0..runs {
                 let c = acc[(v * 4 + e) * runs + u];
                 let col = bn + (u * side + tx) * 4;
-                let base = row * ld as usize + col0 as usize + col;
+                let base = out_base + row * ld as usize + col0 as usize + col;
                 if row < m {
                     #[unroll]
                     for f in 0..4usize {

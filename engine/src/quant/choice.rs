@@ -6,6 +6,7 @@ use burn::tensor::Device;
 use burn_cubecl::cubecl;
 
 use crate::kernels::forms::{self, Form};
+use crate::kernels::quant;
 
 /// Which device kernel multiplies by a quantised matrix (the CPU path ignores it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -24,6 +25,10 @@ pub enum Kernel {
     GemvSubgroup,
     /// 64 × 64 output tiles staged through workgroup memory (prefill and vision).
     Tiled,
+    /// [`Kernel::Tiled`] with each row's weights split in chunks, a workgroup per tile and
+    /// chunk, and a second dispatch adding the chunks' sums ([`tile_splits`] chunks, at least
+    /// 2): where a product has too few tiles to fill a GPU (a question's 330 rows by 2,560).
+    TiledSplit,
 }
 
 /// Up to this many input rows [`Kernel::Auto`] uses the matrix–vector kernel.
@@ -42,7 +47,13 @@ impl Kernel {
             Kernel::Gemv,
             Kernel::GemvSubgroup,
             Kernel::Tiled,
+            Kernel::TiledSplit,
         ][id as usize]
+    }
+
+    /// Whether this is a form of the tiled kernel (which has no GELU epilogue).
+    pub fn tiled(self) -> bool {
+        matches!(self, Kernel::Tiled | Kernel::TiledSplit)
     }
 
     /// The self-test form this kernel is ([`Kernel::Auto`] is none).
@@ -53,6 +64,7 @@ impl Kernel {
             Kernel::Gemv => Some(Form::Gemv),
             Kernel::GemvSubgroup => Some(Form::GemvSubgroup),
             Kernel::Tiled => Some(Form::Tiled),
+            Kernel::TiledSplit => Some(Form::TiledSplit),
         }
     }
 
@@ -61,30 +73,39 @@ impl Kernel {
     pub fn available(device: &Device) -> Vec<Kernel> {
         match subgroups(device) {
             None => vec![Kernel::Auto],
-            Some(false) => vec![Kernel::Naive, Kernel::Gemv, Kernel::Tiled],
+            Some(false) => vec![
+                Kernel::Naive,
+                Kernel::Gemv,
+                Kernel::Tiled,
+                Kernel::TiledSplit,
+            ],
             Some(true) => vec![
                 Kernel::Naive,
                 Kernel::Gemv,
                 Kernel::GemvSubgroup,
                 Kernel::Tiled,
+                Kernel::TiledSplit,
             ],
         }
     }
 }
 
-/// The kernel [`Kernel::Auto`] runs for `m` input rows on a device with `props`: the first in
-/// its order of preference the adapter offers and the self-test has not turned off
-/// ([`forms`]). A software adapter (lavapipe, SwiftShader) runs invocations as SIMD lanes of
-/// CPU threads, where the naive loop beats a workgroup reduction 2–3.5× (bench, Gemma 3 270M
-/// on lavapipe); on a GPU one workgroup per row reads the weights coalesced instead. Every
-/// kernel takes every shape, so each list ends with all the others; if all are turned off the
-/// first is used (the self-test then reports the device unusable and the model runs on the CPU).
-pub(super) fn auto_kernel(props: &cubecl::ir::DeviceProperties, m: usize) -> Kernel {
+/// The kernel [`Kernel::Auto`] runs for `m` input rows of `k` weights on a device with
+/// `props`: the first in its order of preference the adapter offers and the self-test has not
+/// turned off ([`forms`]). A software adapter (lavapipe, SwiftShader) runs invocations as SIMD
+/// lanes of CPU threads, where the naive loop beats a workgroup reduction 2–3.5× (bench,
+/// Gemma 3 270M on lavapipe); on a GPU one workgroup per row reads the weights coalesced
+/// instead. The tiled kernel splits its rows where [`tile_splits`] says so. Every kernel takes
+/// every shape, so each list ends with all the others; if all are turned off the first is used
+/// (the self-test then reports the device unusable and the model runs on the CPU).
+pub(super) fn auto_kernel(props: &cubecl::ir::DeviceProperties, m: usize, k: usize) -> Kernel {
     use Kernel::*;
     let software = props.identity.physical.is_none();
+    let split = m > GEMV_MAX_M && tile_splits(props, m, k) > 1;
     let order: &[Kernel] = match (m <= GEMV_MAX_M, software) {
         (true, true) => &[Naive, Gemv, GemvSubgroup, Tiled],
         (true, false) => &[GemvSubgroup, Gemv, Naive, Tiled],
+        (false, _) if split => &[TiledSplit, Tiled, Naive, Gemv, GemvSubgroup],
         (false, _) => &[Tiled, Naive, Gemv, GemvSubgroup],
     };
     let plane = plane_ops(props);
@@ -98,15 +119,58 @@ pub(super) fn auto_kernel(props: &cubecl::ir::DeviceProperties, m: usize) -> Ker
         .unwrap_or(Naive)
 }
 
-/// The concrete kernel `kernel` stands for on `device` for `m` input rows ([`Kernel::Auto`]
-/// resolved; the CPU keeps [`Kernel::Auto`], its one path).
-pub fn resolve(device: &Device, kernel: Kernel, m: usize) -> Kernel {
+/// The concrete kernel `kernel` stands for on `device` for `m` input rows of `k` weights
+/// ([`Kernel::Auto`] resolved; the CPU keeps [`Kernel::Auto`], its one path).
+pub fn resolve(device: &Device, kernel: Kernel, m: usize, k: usize) -> Kernel {
     match (kernel, device.as_dispatch()) {
         (Kernel::Auto, burn::backend::DispatchDevice::Cube(d)) => {
-            auto_kernel(d.client().properties(), m)
+            auto_kernel(d.client().properties(), m, k)
         }
         _ => kernel,
     }
+}
+
+/// Fewest weights in one chunk of a split tiled product: 16 steps of the 4 × 4 form's 32.
+pub const MIN_SPLIT_K: usize = 512;
+
+/// Row tiles × chunks a tiled product aims for, per column of tiles: 16 for 64-row tiles (a
+/// question's 330 rows make 6 row tiles, so 3 chunks), 32 for 128-row ones, whose columns are
+/// half as many.
+const SPLIT_TARGET_PER_64: usize = 16;
+
+/// How many chunks the automatic choice splits a tiled product of `m` rows of `k` weights
+/// into on a device with `props` (1: not split). On a GPU, enough that row tiles × chunks
+/// reach [`SPLIT_TARGET_PER_64`] per 64 rows of tile, each chunk at least [`MIN_SPLIT_K`]
+/// weights; on software adapters 1, where the workgroups already outnumber the CPU's threads
+/// and a split only adds the partial sums' traffic. It depends on `m` and `k`, never on the
+/// output width, so a product over two stacked matrices splits as each alone (same bits).
+/// Natively `REXVQA_TILE_SPLIT=N` forces `N` (1: never split), for timing on a GPU machine.
+pub fn tile_splits(props: &cubecl::ir::DeviceProperties, m: usize, k: usize) -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(n) = forced_tile_splits() {
+        return n;
+    }
+    if props.identity.physical.is_none() {
+        return 1;
+    }
+    let tile = tile_rows();
+    let target = SPLIT_TARGET_PER_64 * tile / 64;
+    target
+        .div_ceil(m.div_ceil(tile).max(1))
+        .min(k / MIN_SPLIT_K)
+        .max(1)
+}
+
+/// `REXVQA_TILE_SPLIT`, read once (native only).
+#[cfg(not(target_arch = "wasm32"))]
+fn forced_tile_splits() -> Option<usize> {
+    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        std::env::var("REXVQA_TILE_SPLIT")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| (1..=64).contains(&n))
+    })
 }
 
 /// Whether a GPU device's adapter has subgroup operations; `None` for the CPU.
@@ -197,4 +261,46 @@ pub(super) static NATIVE_HALF: std::sync::OnceLock<bool> = std::sync::OnceLock::
 /// once the self-test turned the native form off).
 pub fn native_half_in_use() -> bool {
     NATIVE_HALF.get().copied().unwrap_or(false) && forms::enabled(Form::NativeHalf)
+}
+
+/// Input rows a tile of the tiled kernel's form covers (64, or 128 for `v8`).
+fn tile_rows() -> usize {
+    match tile_form() {
+        TileForm::Scalar => quant::TILE,
+        TileForm::Vector(per) => (quant::VEC_SIDE * per) as usize,
+    }
+}
+
+/// The form of the tiled kernel: [`quant::qmatmul_tiled_vec_kernel`] (16-byte reads of
+/// workgroup memory) or [`quant::qmatmul_tiled_kernel`] (scalar reads, [`quant::TILE_PER`] ×
+/// [`quant::TILE_PER`] blocks of outputs an invocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileForm {
+    /// Scalar reads (chosen natively only: the kit's comparison with the vector form).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    Scalar,
+    /// Vector reads, 4 × 4 (the default) or 8 × 8 blocks.
+    Vector(u32),
+}
+
+/// The tiled kernel's form: vector reads with 4 × 4 blocks, or natively `REXVQA_TILE_PER` = `v8`
+/// (8 × 8 blocks in 128 × 128 tiles) or `s4` (the scalar form; read once), so that a GPU machine
+/// can time the others without a rebuild (`bench/device/run.sh` does). On lavapipe the vector
+/// form's 4 × 4 took the tiny pair's image products from 1,099 to 549 ms, its 8 × 8 to 313 ms
+/// (2026-11-27); 8 × 8 makes a quarter as many workgroups, too few at a prompt's 300 rows to fill a
+/// large GPU, so 4 × 4 is the default until a GPU has timed both. The scalar form's 8 × 8 blocks
+/// were dropped after an H200 ran them at 0.65–0.82× its 4 × 4.
+pub fn tile_form() -> TileForm {
+    const DEFAULT: TileForm = TileForm::Vector(4);
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static FORM: std::sync::OnceLock<TileForm> = std::sync::OnceLock::new();
+        *FORM.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
+            Ok("s4") => TileForm::Scalar,
+            Ok("v8") => TileForm::Vector(8),
+            _ => DEFAULT,
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    DEFAULT
 }

@@ -5,12 +5,16 @@ use burn::tensor::DType;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
-use super::choice::{Half, Kernel, auto_kernel, f16_type, native_half_in_use, plane_ops};
+use super::choice::{
+    Half, Kernel, TileForm, auto_kernel, f16_type, native_half_in_use, plane_ops, tile_form,
+    tile_splits,
+};
 use super::ops::{QuantOps, ggml};
 use super::pack::row_words;
 use crate::kernels::quant::{
-    GEMV_ROWS, GEMV_TEAM, GEMV_THREADS, TILE, TILE_PER, VEC_SIDE, qgather_kernel, qgemv_kernel,
-    qmatmul_kernel, qmatmul_tiled_kernel, qmatmul_tiled_vec_kernel, ty,
+    GEMV_ROWS, GEMV_TEAM, GEMV_THREADS, TILE, TILE_K, TILE_PER, VEC_SIDE, qgather_kernel,
+    qgemv_kernel, qmatmul_kernel, qmatmul_tiled_kernel, qmatmul_tiled_vec_kernel, split_sum_kernel,
+    ty, vec_tile_k,
 };
 
 /// Launches a kernel specialised for the weight type (the type is a compile-time parameter).
@@ -243,7 +247,7 @@ fn launch_qmatmul(
     let w2 = w2.unwrap_or_else(|| w.clone());
     let (wh2, _) = half_view(&w2, native);
     let kernel = match Kernel::from_id(p.kernel) {
-        Kernel::Auto => auto_kernel(client.properties(), m),
+        Kernel::Auto => auto_kernel(client.properties(), m, k),
         Kernel::GemvSubgroup if !plane => {
             panic!("the subgroup kernel needs an adapter with subgroups (Kernel::available)")
         }
@@ -315,30 +319,76 @@ fn launch_qmatmul(
                 h_elem,
             );
         }
-        Kernel::Tiled => {
+        Kernel::Tiled | Kernel::TiledSplit => {
             assert!(
                 !p.gelu,
                 "the tiled kernel has no GELU form (QMatrix checks)"
             );
             // Scalar: TILE-wide tiles, TILE / TILE_PER invocations a side (the kernel's own
             // constants); vector: VEC_SIDE a side, each `per` outputs wide.
-            let (tile, side, vector) = match tile_form() {
-                TileForm::Scalar => (TILE, TILE as u32 / TILE_PER, None),
-                TileForm::Vector(per) => ((VEC_SIDE * per) as usize, VEC_SIDE, Some(per)),
+            let (tile, side, vector, step) = match tile_form() {
+                TileForm::Scalar => (TILE, TILE as u32 / TILE_PER, None, TILE_K),
+                TileForm::Vector(per) => (
+                    (VEC_SIDE * per) as usize,
+                    VEC_SIDE,
+                    Some(per),
+                    vec_tile_k(per),
+                ),
+            };
+            let chunk = match kernel {
+                Kernel::TiledSplit => split_chunk(k, step, tile_splits(client.properties(), m, k)),
+                _ => k.max(1),
+            };
+            let splits = k.div_ceil(chunk).max(1);
+            // Split: each chunk's sums go to its block of `part` ([splits, m, n]), added up
+            // into `out` by a second dispatch.
+            let (dest, dest_ld, dest_col0) = if splits > 1 {
+                let part = empty_device_dtype(
+                    client.clone(),
+                    x.device.clone(),
+                    [splits, m, n].into(),
+                    DType::F32,
+                );
+                crate::launches::note_bytes(2 * splits * m * n * 4);
+                (part, n32, 0)
+            } else {
+                (out.clone(), ld, col0)
             };
             let cube_dim = cubecl::CubeDim::new_2d(side, side);
-            let cube_count =
-                cubecl::CubeCount::Static(n.div_ceil(tile) as u32, m.div_ceil(tile) as u32, 1);
-            let (xa, wa, wha, w2a, wh2a, oa) = args();
+            let cube_count = cubecl::CubeCount::Static(
+                n.div_ceil(tile) as u32,
+                m.div_ceil(tile) as u32,
+                splits as u32,
+            );
+            let (xa, wa, wha, w2a, wh2a, _) = args();
+            let oa = dest.clone().into_tensor_arg();
+            let chunk32 = chunk as u32;
             match vector {
                 None => qmatmul_tiled_kernel::launch(
                     &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1,
-                    wpr, wpr2, ld, col0, ty, ty2, stacked, native, h_elem,
+                    wpr, wpr2, dest_ld, dest_col0, chunk32, ty, ty2, stacked, native, h_elem,
                 ),
                 Some(per) => qmatmul_tiled_vec_kernel::launch(
                     &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1,
-                    wpr, wpr2, ld, col0, ty, ty2, stacked, native, per, h_elem,
+                    wpr, wpr2, dest_ld, dest_col0, chunk32, ty, ty2, stacked, native, per, h_elem,
                 ),
+            }
+            if splits > 1 {
+                let count = m * n;
+                let cube_dim = cubecl::CubeDim::new(&client, count);
+                let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
+                split_sum_kernel::launch(
+                    &client,
+                    cube_count,
+                    cube_dim,
+                    dest.into_tensor_arg(),
+                    out.clone().into_tensor_arg(),
+                    m32,
+                    n32,
+                    ld,
+                    col0,
+                    splits as u32,
+                );
             }
         }
         Kernel::Naive | Kernel::Auto => {
@@ -355,38 +405,12 @@ fn launch_qmatmul(
     out
 }
 
-/// The form of the tiled kernel: [`qmatmul_tiled_vec_kernel`] (16-byte reads of workgroup memory)
-/// or [`qmatmul_tiled_kernel`] (scalar reads, [`TILE_PER`] × [`TILE_PER`] blocks of outputs an
-/// invocation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TileForm {
-    /// Scalar reads (chosen natively only: the kit's comparison with the vector form).
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-    Scalar,
-    /// Vector reads, 4 × 4 (the default) or 8 × 8 blocks.
-    Vector(u32),
-}
-
-/// The tiled kernel's form: vector reads with 4 × 4 blocks, or natively `REXVQA_TILE_PER` = `v8`
-/// (8 × 8 blocks in 128 × 128 tiles) or `s4` (the scalar form; read once), so that a GPU machine
-/// can time the others without a rebuild (`bench/device/run.sh` does). On lavapipe the vector
-/// form's 4 × 4 took the tiny pair's image products from 1,099 to 549 ms, its 8 × 8 to 313 ms
-/// (2026-11-27); 8 × 8 makes a quarter as many workgroups, too few at a prompt's 300 rows to fill a
-/// large GPU, so 4 × 4 is the default until a GPU has timed both. The scalar form's 8 × 8 blocks
-/// were dropped after an H200 ran them at 0.65–0.82× its 4 × 4.
-pub fn tile_form() -> TileForm {
-    const DEFAULT: TileForm = TileForm::Vector(4);
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static FORM: std::sync::OnceLock<TileForm> = std::sync::OnceLock::new();
-        *FORM.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
-            Ok("s4") => TileForm::Scalar,
-            Ok("v8") => TileForm::Vector(8),
-            _ => DEFAULT,
-        })
-    }
-    #[cfg(target_arch = "wasm32")]
-    DEFAULT
+/// Weights per chunk of a tiled product split in (about) `splits` chunks: at least 2 where the
+/// row has 2 steps of `step` weights, whole steps each, so every step lies in one chunk.
+fn split_chunk(k: usize, step: usize, splits: usize) -> usize {
+    let steps = k.div_ceil(step).max(1);
+    let splits = splits.clamp(2, steps.max(2));
+    steps.div_ceil(splits) * step
 }
 
 /// Invocations per weight row of the matrix–vector kernel: [`GEMV_TEAM`], or natively
