@@ -33,13 +33,14 @@ stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 stage "native tests" cargo test --workspace --no-fail-fast
 # The kernels' other forms, which a GPU machine times (bench/device/run.sh): the tiled kernel's
-# vector form with 8 x 8 outputs an invocation (step 10) and its scalar form (a second run: a form
-# is read once per process), the matrix-vector kernel's teams of 8 invocations a row, summed by
-# subgroup shuffles on lavapipe (subgroups of 8; teams of 16 and 32 are summed the same way on a
-# GPU), two K-quant chunks a step, decode attention split over the keys, and the fused
-# attention's scalar form.
-stage "other kernel forms (REXVQA_TILE_PER=v8, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1; REXVQA_TILE_PER=s4, REXVQA_ATTENTION=scalar)" \
-  bash -c 'env REXVQA_TILE_PER=v8 REXVQA_GEMV_TEAM=8 REXVQA_GEMV_UNROLL=2 REXVQA_DECODE_SPLIT=1 \
+# vector form with 4 x 4 outputs an invocation (step 10), the automatic choice splitting every
+# tiled product in 3 chunks (as on a GPU; software adapters never split), and its scalar form (a
+# second run: a form is read once per process), the matrix-vector kernel's teams of 8 invocations
+# a row, summed by subgroup shuffles on lavapipe (subgroups of 8; teams of 16 and 32 are summed
+# the same way on a GPU), two K-quant chunks a step, decode attention split over the keys, and
+# the fused attention's scalar form.
+stage "other kernel forms (REXVQA_TILE_PER=v4, REXVQA_TILE_SPLIT=3, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1; REXVQA_TILE_PER=s4, REXVQA_ATTENTION=scalar)" \
+  bash -c 'env REXVQA_TILE_PER=v4 REXVQA_TILE_SPLIT=3 REXVQA_GEMV_TEAM=8 REXVQA_GEMV_UNROLL=2 REXVQA_DECODE_SPLIT=1 \
     cargo test -p rexvqa-engine --test qkernels -- \
     wgpu_kernels_match_the_reference wgpu_gelu_products wgpu_stacked_products wgpu_decode_attention &&
     env REXVQA_TILE_PER=s4 REXVQA_ATTENTION=scalar cargo test -p rexvqa-engine --test qkernels -- \

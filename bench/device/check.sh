@@ -17,13 +17,20 @@ done
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' bench/device/summarize.py bench/device/tokenizer_gguf.py bench/device/summarize_browser.py
 
 plan=$(OUT=/nonexistent bench/device/run.sh --dry-run)
-for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer bench-one-submit bench-tile8 bench-variants; do
+for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer bench-one-submit bench-tile4 bench-variants; do
   grep -q -- "-$step " <<<"$plan" || fail "run.sh --dry-run lists no $step step"
 done
 grep -q 'selftest --backend wgpu --json' <<<"$plan" || fail "run.sh must call 'rexvqa selftest --backend wgpu --json'"
 
 tmp=$(mktemp -d)
-[ -n "${CHECK_KEEP:-}" ] || trap 'rm -rf "$tmp"' EXIT
+# run-browser.sh links playwright-core into a checkout that has none; the link would outlive the
+# stub kit it points into (and make pack-browser.sh believe node_modules is there).
+had_pw=0; [ -e node_modules/playwright-core ] && had_pw=1
+cleanup() {
+  rm -rf "$tmp"
+  if [ "$had_pw" = 0 ] && [ -L node_modules/playwright-core ]; then rm -f node_modules/playwright-core; fi
+}
+[ -n "${CHECK_KEEP:-}" ] || trap cleanup EXIT
 kit=$tmp/kit
 mkdir -p "$kit/debs" "$kit/cxx" "$kit/glibc" "$tmp/payload/bin" "$tmp/payload/data"
 echo "stub kit (bench/device/check.sh)" >"$kit/manifest.txt"
@@ -52,7 +59,7 @@ case "$1" in
     echo '[{"name": "gemv q4_k", "passed": true}, {"name": "naive q6_k", "passed": false}]'; exit 1 ;;
   bench-kernels) echo '{"adapter": {"name": "stub"}, "kernels": []}' ;;
   bench) [ -n "${STUB_SLOW_BENCH:-}" ] && sleep 30
-    if [ "${REXVQA_TILE_PER:-}" = v8 ]; then
+    if [ "${REXVQA_TILE_PER:-}" = v4 ]; then
       echo '{"load_s": 1.5, "results": {"prefill": [[300, 2500.0], [1000, 3000.0]], "image_encode_ms": 40.0,
       "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 1.0}]}}'
     elif [ -n "${REXVQA_GEMV_UNROLL:-}${REXVQA_DECODE_SPLIT:-}" ]; then
@@ -103,7 +110,7 @@ export VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.j
 out=$tmp/out
 mkdir -p "$out"
 # The variants the stub answers in kind (its decode figure follows the variables it is given).
-KIT_VARIANTS='REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v8;REXVQA_ATTENTION=scalar;REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_UNROLL=2' \
+KIT_VARIANTS='REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v4;REXVQA_ATTENTION=scalar;REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_UNROLL=2' \
 OUT=$out KIT_DIR=$kit KIT_STEP_LIMIT_S=3 KIT_DEADLINE_S=120 bench/device/run.sh 2>"$tmp/run.log" ||
   { cat "$tmp/run.log" >&2; fail "run.sh failed on the stub kit"; }
 mkdir -p "$out/x" && tar -C "$out/x" -xf "$out/steps.tar"
@@ -115,7 +122,7 @@ d = Path(sys.argv[1])
 files = sorted(p.name for p in d.glob("*.json"))
 want = ["00-machine.json", "01-synth.json", "02-selftest.json", "03-bench-kernels.json", "04-bench-wgpu.json",
         "05-llama-bench.json", "06-llama-mtmd.json", "07-calibrate.json", "08-first-answer.json", "09-bench-one-submit.json",
-        "10-bench-tile8.json", "11-bench-variants.json", "99-summary.json"]
+        "10-bench-tile4.json", "11-bench-variants.json", "99-summary.json"]
 assert files == want, files
 for f in files:
     json.loads((d / f).read_text())
@@ -131,20 +138,20 @@ assert s["targets"]["public_test_s_every_question_its_own_study"]["met"] is True
 assert s["targets"]["load_to_first_answer_s"]["met"] is None, s["targets"]
 one = s["one_submission_per_token"]
 assert one["submits_per_token"] == 1 and one["tasks_per_submit"] == 512 and abs(one["speedup"] - 1.1) < 1e-9, one
-t8 = s["tile_per_8"]
-assert st["bench-tile8"].startswith("ok"), st
+t8 = s["tile_per_4"]
+assert st["bench-tile4"].startswith("ok"), st
 assert t8["image_speedup"] == 1.25 and t8["prefill_speedup"] == {"300": 1.25, "1000": 2.0}, t8
 assert t8["tiled_m256_speedup"] == {"blk.0.ffn_down native": 2.0}, t8
 vr = s["variants"]
 assert st["bench-variants"].startswith("ok"), st
-assert [r["env"] for r in vr] == ["", "REXVQA_WIDE_CHUNKS=1", "REXVQA_TILE_PER=v8", "REXVQA_ATTENTION=scalar",
+assert [r["env"] for r in vr] == ["", "REXVQA_WIDE_CHUNKS=1", "REXVQA_TILE_PER=v4", "REXVQA_ATTENTION=scalar",
                                  "REXVQA_DECODE_SPLIT=1", "REXVQA_GEMV_UNROLL=2", ""], vr
 assert [r["decode_tokens_per_s"] for r in vr] == [90.0, 90.0, None, 90.0, 10, 42, 90.0], vr
 assert vr[4]["token_kernels_us"] == {"QgemvKernel": 5000.0} and vr[4]["gpu_ms"] == {"token": 9.0}, vr
 # This build's stub has no self-test (step 2 says so): no variant claims one.
 assert [r["selftest"] for r in vr] == [None] * 7, vr
 pr = s["profile"]
-assert pr["roofline"]["gb_per_s"] == 3350.0 and pr["tile_per_8"] == [], pr
+assert pr["roofline"]["gb_per_s"] == 3350.0 and pr["tile_per_4"] == [], pr
 assert pr["default"][0]["pass"] == "token" and pr["default"][0]["top"][0]["roofline_pct"] == 3.6, pr
 EOF
 

@@ -429,13 +429,13 @@ if [ "$SCALE" = full ]; then
   MMPROJ=$SYN/mmproj-medgemma-4b-synthetic-F16.gguf
   PREFILL=300,1000 DECODE=${KIT_DECODE:-32} REPS=3 OFFICIAL=64 KREPS=5 KM=1,64,256 KSHAPE=(--rows 2048 --cols 2048) QUESTIONS=20
   STUDIES=8 MIN_SIZE=1024 MAX_SIZE=2048
-  B_SELF=60 B_KERN=60 B_BENCH=200 B_LB=90 B_MTMD=90 B_CAL=150 B_FIRST=60 B_ONE=90 B_TILE8=120 B_VARIANTS=260
+  B_SELF=60 B_KERN=60 B_BENCH=200 B_LB=90 B_MTMD=90 B_CAL=150 B_FIRST=60 B_ONE=90 B_TILE4=120 B_VARIANTS=260
 else
   MODEL=$WORK/tiny/tiny-q8_0.gguf
   MMPROJ=$WORK/tiny/tiny-q8_0-mmproj.gguf
   PREFILL=64,256 DECODE=${KIT_DECODE:-16} REPS=2 OFFICIAL=8 KREPS=2 KM=1,64 KSHAPE=(--rows 512 --cols 1024) QUESTIONS=4
   STUDIES=3 MIN_SIZE=480 MAX_SIZE=800
-  B_SELF=300 B_KERN=300 B_BENCH=900 B_LB=600 B_MTMD=600 B_CAL=600 B_FIRST=300 B_ONE=600 B_TILE8=900 B_VARIANTS=900
+  B_SELF=300 B_KERN=300 B_BENCH=900 B_LB=600 B_MTMD=600 B_CAL=600 B_FIRST=300 B_ONE=600 B_TILE4=900 B_VARIANTS=900
 fi
 # llama.cpp offloads every layer (-ngl 99); on lavapipe too, like the records of bench/README.md.
 NGL=99
@@ -542,20 +542,20 @@ run_step first-answer "$B_FIRST" stdout -- "${LAUNCH_REX[@]}" "$REX" answer --mo
 run_step bench-one-submit "$B_ONE" stdout -- env CUBECL_WGPU_MAX_TASKS=512 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
   --backend wgpu --prefill "${PREFILL%%,*}" --decode "$DECODE"
 
-# 10. Prefill and the image encode with the tiled kernel's 8 x 8 blocks of outputs an invocation
-# (REXVQA_TILE_PER=v8; the default is 4 x 4): the prefill, image and per-matrix m = 256 figures
-# against step 4's say which the default should be on this GPU.
-run_step bench-tile8 "$B_TILE8" stdout -- env REXVQA_TILE_PER=v8 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
+# 10. Prefill and the image encode with the tiled kernel's 4 x 4 blocks of outputs an invocation
+# (REXVQA_TILE_PER=v4; the default is 8 x 8 since an H200 timed both): the prefill, image and
+# per-matrix m = 256 figures against step 4's say whether the default still holds on this GPU.
+run_step bench-tile4 "$B_TILE4" stdout -- env REXVQA_TILE_PER=v4 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
   --mmproj "$MMPROJ" --backend wgpu --prefill "$PREFILL" --decode 8 --official-max-tokens 8 --kernel-rows 256 "${ROOF[@]}"
 
 # 11. Kernel forms chosen by environment variables (KIT_VARIANTS: `;`-separated runs, each a
 # space-separated list of VAR=VALUE; by default the tiled product never split over its rows'
 # weights, the wide-head attention unsplit (one dispatch, no chunks of keys), the tiled kernel's
-# 8 x 8 blocks split as chosen and unsplit, and the tiled product in 6 chunks), each against the
+# 4 x 4 blocks (split as chosen), and the tiled product in 3 and in 8 chunks), each against the
 # defaults run first and last (the spread of those two says how far one run can be trusted): the
 # pair, with the image prompt's context for decoding, and the kernel profile of each; each form's
 # self-test before its bench.
-KIT_VARIANTS=${KIT_VARIANTS-REXVQA_TILE_SPLIT=1;REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v8;REXVQA_TILE_PER=v8 REXVQA_TILE_SPLIT=1;REXVQA_TILE_SPLIT=6}
+KIT_VARIANTS=${KIT_VARIANTS-REXVQA_TILE_SPLIT=1;REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v4;REXVQA_TILE_SPLIT=3;REXVQA_TILE_SPLIT=8}
 # A child bash runs it (timeout cannot run a function): the arrays go over as strings.
 bench_variants() {
   local variant sep="" out checks

@@ -23,7 +23,8 @@ pub enum Kernel {
     Gemv,
     /// [`Kernel::Gemv`] reduced with subgroup sums (adapters with subgroups only).
     GemvSubgroup,
-    /// 64 × 64 output tiles staged through workgroup memory (prefill and vision).
+    /// Output tiles staged through workgroup memory (prefill and vision; 128 × 128, see
+    /// [`tile_form`]).
     Tiled,
     /// [`Kernel::Tiled`] with each row's weights split in chunks, a workgroup per tile and
     /// chunk, and a second dispatch adding the chunks' sums ([`tile_splits`] chunks, at least
@@ -130,12 +131,14 @@ pub fn resolve(device: &Device, kernel: Kernel, m: usize, k: usize) -> Kernel {
     }
 }
 
-/// Fewest weights in one chunk of a split tiled product: 16 steps of the 4 × 4 form's 32.
+/// Fewest weights in one chunk of a split tiled product: 32 steps of the 8 × 8 form's 16 weights.
 pub const MIN_SPLIT_K: usize = 512;
 
-/// Row tiles × chunks a tiled product aims for, per column of tiles: 16 for 64-row tiles (a
-/// question's 330 rows make 6 row tiles, so 3 chunks), 32 for 128-row ones, whose columns are
-/// half as many.
+/// Row tiles × chunks a tiled product aims for, per column of tiles: 32 for 128-row tiles (a
+/// question's 330 rows make 3 row tiles, so 11 chunks where the row is long enough), 16 for
+/// 64-row ones, whose columns are twice as many. On an H200 (2026-11-28, 8 × 8 blocks) this
+/// choice gave a question 113.2 ms of device time, against 124.5, 116.8 and 125.6 ms with every
+/// product in 3, 8 and 16 chunks and 160.9 ms unsplit.
 const SPLIT_TARGET_PER_64: usize = 16;
 
 /// How many chunks the automatic choice splits a tiled product of `m` rows of `k` weights
@@ -150,15 +153,28 @@ pub fn tile_splits(props: &cubecl::ir::DeviceProperties, m: usize, k: usize) -> 
     if let Some(n) = forced_tile_splits() {
         return n;
     }
-    if props.identity.physical.is_none() {
+    let software = props.identity.physical.is_none();
+    splits_for(software, tile_rows(), m, k)
+}
+
+/// [`tile_splits`]'s rule for a tile of `tile` rows.
+fn splits_for(software: bool, tile: usize, m: usize, k: usize) -> usize {
+    if software {
         return 1;
     }
-    let tile = tile_rows();
     let target = SPLIT_TARGET_PER_64 * tile / 64;
     target
         .div_ceil(m.div_ceil(tile).max(1))
         .min(k / MIN_SPLIT_K)
         .max(1)
+}
+
+/// Weights per chunk of a tiled product split in (about) `splits` chunks: at least 2 where the
+/// row has 2 steps of `step` weights, whole steps each, so every step lies in one chunk.
+pub(super) fn split_chunk(k: usize, step: usize, splits: usize) -> usize {
+    let steps = k.div_ceil(step).max(1);
+    let splits = splits.clamp(2, steps.max(2));
+    steps.div_ceil(splits) * step
 }
 
 /// `REXVQA_TILE_SPLIT`, read once (native only).
@@ -279,28 +295,73 @@ pub enum TileForm {
     /// Scalar reads (chosen natively only: the kit's comparison with the vector form).
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     Scalar,
-    /// Vector reads, 4 × 4 (the default) or 8 × 8 blocks.
+    /// Vector reads, 8 × 8 (the default) or 4 × 4 blocks.
     Vector(u32),
 }
 
-/// The tiled kernel's form: vector reads with 4 × 4 blocks, or natively `REXVQA_TILE_PER` = `v8`
-/// (8 × 8 blocks in 128 × 128 tiles) or `s4` (the scalar form; read once), so that a GPU machine
-/// can time the others without a rebuild (`bench/device/run.sh` does). On lavapipe the vector
-/// form's 4 × 4 took the tiny pair's image products from 1,099 to 549 ms, its 8 × 8 to 313 ms
-/// (2026-11-27); 8 × 8 makes a quarter as many workgroups, too few at a prompt's 300 rows to fill a
-/// large GPU, so 4 × 4 is the default until a GPU has timed both. The scalar form's 8 × 8 blocks
-/// were dropped after an H200 ran them at 0.65–0.82× its 4 × 4.
+/// The tiled kernel's form: vector reads with 8 × 8 blocks in 128 × 128 tiles, or natively
+/// `REXVQA_TILE_PER` = `v4` (4 × 4 blocks, 64 × 64 tiles) or `s4` (the scalar form; read once),
+/// so that a GPU machine can time the others without a rebuild (`bench/device/run.sh` does).
+/// 8 × 8 reads workgroup memory half as often for the same multiply–adds (4 16-byte loads feed
+/// 64, where 4 × 4's 2 feed 16); its tiles are 4 times as large, too few at a question's 330
+/// rows to fill a GPU, which the split over the rows' weights ([`tile_splits`]) makes up for.
+/// An H200 (2026-11-28, synthetic 4B pair, both split as chosen): a question's device time
+/// 134.0 ms with 4 × 4 against 113.2 ms, prefill 1000 2,358 against 3,010 tok/s, the image
+/// encode 334.5 against 331.7 ms; unsplit, 8 × 8 took 160.9 ms a question. On lavapipe it took
+/// the tiny pair's image products from 549 ms (4 × 4) to 313 ms (2026-11-27). The scalar form's
+/// 8 × 8 blocks were dropped after an H200 ran them at 0.65–0.82× its 4 × 4.
 pub fn tile_form() -> TileForm {
-    const DEFAULT: TileForm = TileForm::Vector(4);
+    const DEFAULT: TileForm = TileForm::Vector(8);
     #[cfg(not(target_arch = "wasm32"))]
     {
         static FORM: std::sync::OnceLock<TileForm> = std::sync::OnceLock::new();
         *FORM.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
             Ok("s4") => TileForm::Scalar,
-            Ok("v8") => TileForm::Vector(8),
+            Ok("v4") => TileForm::Vector(4),
             _ => DEFAULT,
         })
     }
     #[cfg(target_arch = "wasm32")]
     DEFAULT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_question_splits_its_products_and_a_long_prefill_does_not() {
+        // A question's ~330 rows: 6 row tiles of 64, so 3 chunks of every MedGemma row
+        // (2,048–10,240 weights); 8 × 8 blocks: 3 tiles of 128, 11 chunks wanted, 5 allowed at
+        // 2,560 weights (512 each).
+        assert_eq!(splits_for(false, 64, 330, 2560), 3);
+        assert_eq!(splits_for(false, 64, 330, 10240), 3);
+        assert_eq!(splits_for(false, 128, 330, 2560), 5);
+        assert_eq!(splits_for(false, 128, 330, 10240), 11);
+        // 1,000 rows make 16 tiles; the image's 4,096, 64.
+        assert_eq!(splits_for(false, 64, 1000, 10240), 1);
+        assert_eq!(splits_for(false, 64, 4096, 4304), 1);
+        // Short rows: the projector's 1,152 weights allow 2 chunks; the self-test's 256, none.
+        assert_eq!(splits_for(false, 64, 256, 1152), 2);
+        assert_eq!(splits_for(false, 64, 9, 256), 1);
+        // Software adapters never split.
+        assert_eq!(splits_for(true, 64, 330, 10240), 1);
+    }
+
+    #[test]
+    fn chunks_are_whole_steps_and_at_least_two_where_the_row_has_two() {
+        let chunks =
+            |k: usize, step: usize, splits: usize| k.div_ceil(split_chunk(k, step, splits));
+        assert_eq!(split_chunk(2560, 32, 3), 864);
+        assert_eq!(chunks(2560, 32, 3), 3);
+        // The explicit form at the self-test's 256 weights (8 steps of 32): 2 chunks at least.
+        assert_eq!(chunks(256, 32, 1), 2);
+        assert_eq!(split_chunk(256, 32, 3), 96);
+        // One step: one chunk, whatever was asked.
+        assert_eq!(chunks(32, 32, 4), 1);
+        assert_eq!(chunks(75, 32, 8), 3);
+        // Never more chunks than steps.
+        assert_eq!(chunks(10240, 16, 64), 64);
+        assert_eq!(chunks(128, 16, 64), 8);
+    }
 }

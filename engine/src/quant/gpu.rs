@@ -6,8 +6,8 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
 use super::choice::{
-    Half, Kernel, TileForm, auto_kernel, f16_type, native_half_in_use, plane_ops, tile_form,
-    tile_splits,
+    Half, Kernel, TileForm, auto_kernel, f16_type, native_half_in_use, plane_ops, split_chunk,
+    tile_form, tile_splits,
 };
 use super::ops::{QuantOps, ggml};
 use super::pack::row_words;
@@ -403,14 +403,6 @@ fn launch_qmatmul(
         }
     }
     out
-}
-
-/// Weights per chunk of a tiled product split in (about) `splits` chunks: at least 2 where the
-/// row has 2 steps of `step` weights, whole steps each, so every step lies in one chunk.
-fn split_chunk(k: usize, step: usize, splits: usize) -> usize {
-    let steps = k.div_ceil(step).max(1);
-    let splits = splits.clamp(2, steps.max(2));
-    steps.div_ceil(splits) * step
 }
 
 /// Invocations per weight row of the matrix–vector kernel: [`GEMV_TEAM`], or natively
