@@ -198,7 +198,7 @@ fn in_use(device: &Device) -> String {
         return "the CPU path".into();
     }
     let label = |m| {
-        resolve(device, Kernel::Auto, m, K)
+        resolve(device, Kernel::Auto, [m, N, K])
             .form()
             .map_or("?", Form::label)
     };
@@ -297,7 +297,7 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
     // The native f16 form through the decoding kernel the automatic choice now takes, so a
     // broken kernel is not blamed on the f16 form.
     if Half::available(device).contains(&Half::Native) {
-        let kernel = crate::quant::resolve(device, Kernel::Auto, 3, K);
+        let kernel = crate::quant::resolve(device, Kernel::Auto, [3, N, K]);
         for (i, &ty) in plan.types.iter().enumerate().filter(|(_, t)| has_half(**t)) {
             let r = matmul_error(device, kernel, Half::Native, ty, 3, N, K, i as u64).await;
             let name = format!("f16_native.{}", snake_ty(ty));
@@ -374,7 +374,7 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
         // and a joined gate and up with the GELU in the decode product.
         let pair = [GgmlType::Q4_K, GgmlType::Q6_K];
         let mut stacked: Vec<Kernel> = [3, GEMV_MAX_M + 1]
-            .map(|m| crate::quant::resolve(device, Kernel::Auto, m, K))
+            .map(|m| crate::quant::resolve(device, Kernel::Auto, [m, N + 5, K]))
             .into();
         if kernels.contains(&Kernel::TiledSplit) && !stacked.contains(&Kernel::TiledSplit) {
             stacked.push(Kernel::TiledSplit);
@@ -386,7 +386,7 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
             let name = format!("stacked.{}", snake(kernel));
             timed(&mut checks, check(name, Some(Form::StackedProduct), r));
         }
-        let kernel = crate::quant::resolve(device, Kernel::Auto, 1, K);
+        let kernel = crate::quant::resolve(device, Kernel::Auto, [1, N, K]);
         let r = conformance::gelu_product_error(
             device,
             kernel,

@@ -126,7 +126,7 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
 fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
     let dev = gpu();
-    assert_eq!(resolve(&dev, Kernel::Auto, 1, 256), Kernel::Naive);
+    assert_eq!(resolve(&dev, Kernel::Auto, [1, 13, 256]), Kernel::Naive);
     forms::inject_fault(Form::Naive);
     forms::inject_fault(Form::TiledSplit);
     forms::inject_fault(Form::FusedAttention);
@@ -140,7 +140,7 @@ fn an_injected_fault_in_one_form_is_detected_and_the_form_avoided() {
     forms::inject_fault(Form::GeluProduct);
     let r = run(&dev, &medgemma_plan());
     forms::clear_faults();
-    let now = resolve(&dev, Kernel::Auto, 1, 256);
+    let now = resolve(&dev, Kernel::Auto, [1, 13, 256]);
     let fused_on = [
         Form::FusedAttention,
         Form::DecodeAttention,

@@ -465,12 +465,12 @@ mod model_in_browser {
         assert!(failed.is_empty(), "{failed:?}");
         assert!(r.usable && r.disabled.is_empty());
 
-        let before = resolve(&dev, Kernel::Auto, 1, 256);
+        let before = resolve(&dev, Kernel::Auto, [1, 13, 256]);
         let form = before.form().expect("a GPU resolves to a concrete kernel");
         forms::inject_fault(form);
         let r = selftest::run(&dev, &plan, &Now).await;
         forms::clear_faults();
-        let after = resolve(&dev, Kernel::Auto, 1, 256);
+        let after = resolve(&dev, Kernel::Auto, [1, 13, 256]);
         forms::reset();
         web_sys_log(&r.verdict());
         let off: Vec<_> = r.disabled.iter().map(|d| d.form).collect();

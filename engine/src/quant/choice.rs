@@ -91,18 +91,18 @@ impl Kernel {
     }
 }
 
-/// The kernel [`Kernel::Auto`] runs for `m` input rows of `k` weights on a device with
-/// `props`: the first in its order of preference the adapter offers and the self-test has not
+/// The kernel [`Kernel::Auto`] runs for `m` input rows of `k` weights and `n` outputs on a
+/// device with `props`: the first in its order of preference the adapter offers and the self-test has not
 /// turned off ([`forms`]). A software adapter (lavapipe, SwiftShader) runs invocations as SIMD
 /// lanes of CPU threads, where the naive loop beats a workgroup reduction 2–3.5× (bench,
 /// Gemma 3 270M on lavapipe); on a GPU one workgroup per row reads the weights coalesced
 /// instead. The tiled kernel splits its rows where [`tile_splits`] says so. Every kernel takes
 /// every shape, so each list ends with all the others; if all are turned off the first is used
 /// (the self-test then reports the device unusable and the model runs on the CPU).
-pub(super) fn auto_kernel(props: &cubecl::ir::DeviceProperties, m: usize, k: usize) -> Kernel {
+pub(super) fn auto_kernel(props: &cubecl::ir::DeviceProperties, [m, n, k]: [usize; 3]) -> Kernel {
     use Kernel::*;
     let software = props.identity.physical.is_none();
-    let split = m > GEMV_MAX_M && tile_splits(props, m, k) > 1;
+    let split = m > GEMV_MAX_M && tile_splits(props, [m, n, k]) > 1;
     let order: &[Kernel] = match (m <= GEMV_MAX_M, software) {
         (true, true) => &[Naive, Gemv, GemvSubgroup, Tiled],
         (true, false) => &[GemvSubgroup, Gemv, Naive, Tiled],
@@ -120,12 +120,13 @@ pub(super) fn auto_kernel(props: &cubecl::ir::DeviceProperties, m: usize, k: usi
         .unwrap_or(Naive)
 }
 
-/// The concrete kernel `kernel` stands for on `device` for `m` input rows of `k` weights
-/// ([`Kernel::Auto`] resolved; the CPU keeps [`Kernel::Auto`], its one path).
-pub fn resolve(device: &Device, kernel: Kernel, m: usize, k: usize) -> Kernel {
+/// The concrete kernel `kernel` stands for on `device` for a product of `[m, n, k]` (input
+/// rows, outputs, weights a row; [`Kernel::Auto`] resolved; the CPU keeps [`Kernel::Auto`], its
+/// one path).
+pub fn resolve(device: &Device, kernel: Kernel, mnk: [usize; 3]) -> Kernel {
     match (kernel, device.as_dispatch()) {
         (Kernel::Auto, burn::backend::DispatchDevice::Cube(d)) => {
-            auto_kernel(d.client().properties(), m, k)
+            auto_kernel(d.client().properties(), mnk)
         }
         _ => kernel,
     }
@@ -134,31 +135,50 @@ pub fn resolve(device: &Device, kernel: Kernel, m: usize, k: usize) -> Kernel {
 /// Fewest weights in one chunk of a split tiled product: 32 steps of the 8 × 8 form's 16 weights.
 pub const MIN_SPLIT_K: usize = 512;
 
-/// Row tiles × chunks a tiled product aims for, per column of tiles: 32 for 128-row tiles (a
-/// question's 330 rows make 3 row tiles, so 11 chunks where the row is long enough), 16 for
-/// 64-row ones, whose columns are twice as many. On an H200 (2026-11-28, 8 × 8 blocks) this
-/// choice gave a question 113.2 ms of device time, against 124.5, 116.8 and 125.6 ms with every
-/// product in 3, 8 and 16 chunks and 160.9 ms unsplit.
+/// Workgroups × chunks a split tiled product aims for: a few waves of an H200's 132
+/// multiprocessors (two 256-invocation workgroups each at the 8 × 8 form's registers).
+const SPLIT_TARGET_WORKGROUPS: usize = 768;
+
+/// Row tiles × chunks the width-blind rule (`REXVQA_TILE_SPLIT=rows`) aims for per column of
+/// tiles, per 64 rows of tile.
 const SPLIT_TARGET_PER_64: usize = 16;
 
-/// How many chunks the automatic choice splits a tiled product of `m` rows of `k` weights
-/// into on a device with `props` (1: not split). On a GPU, enough that row tiles × chunks
-/// reach [`SPLIT_TARGET_PER_64`] per 64 rows of tile, each chunk at least [`MIN_SPLIT_K`]
-/// weights; on software adapters 1, where the workgroups already outnumber the CPU's threads
-/// and a split only adds the partial sums' traffic. It depends on `m` and `k`, never on the
-/// output width, so a product over two stacked matrices splits as each alone (same bits).
-/// Natively `REXVQA_TILE_SPLIT=N` forces `N` (1: never split), for timing on a GPU machine.
-pub fn tile_splits(props: &cubecl::ir::DeviceProperties, m: usize, k: usize) -> usize {
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Some(n) = forced_tile_splits() {
-        return n;
-    }
+/// How many chunks the automatic choice splits a tiled product of `[m, n, k]` (input rows,
+/// outputs, weights a row) into on a device with `props` (1: not split). On a GPU, enough that
+/// the product's workgroups × chunks reach [`SPLIT_TARGET_WORKGROUPS`], each chunk at least
+/// [`MIN_SPLIT_K`] weights; on software adapters 1, where the workgroups already outnumber the
+/// CPU's threads and a split only adds the partial sums' traffic. A stacked product (q+k beside
+/// v) may split differently from its matrices alone: the same sums in another order (the
+/// stacked-product checks run at a row length where every count is the explicit form's 2).
+/// Natively `REXVQA_TILE_SPLIT=N` forces `N` (1: never split) and `rows` takes the earlier
+/// width-blind rule (row tiles × chunks ≥ 32 per 128-row tile), for timing on a GPU machine.
+pub fn tile_splits(props: &cubecl::ir::DeviceProperties, mnk: [usize; 3]) -> usize {
     let software = props.identity.physical.is_none();
-    splits_for(software, tile_rows(), m, k)
+    #[cfg(not(target_arch = "wasm32"))]
+    match forced_tile_splits() {
+        Some(Forced::Count(n)) => return n,
+        Some(Forced::Rows) => return rows_rule(software, tile_rows(), mnk),
+        None => {}
+    }
+    splits_for(software, tile_rows(), mnk)
 }
 
-/// [`tile_splits`]'s rule for a tile of `tile` rows.
-fn splits_for(software: bool, tile: usize, m: usize, k: usize) -> usize {
+/// [`tile_splits`]'s rule for a tile of `tile` rows (and as many columns).
+fn splits_for(software: bool, tile: usize, [m, n, k]: [usize; 3]) -> usize {
+    if software {
+        return 1;
+    }
+    let workgroups = m.div_ceil(tile).max(1) * n.div_ceil(tile).max(1);
+    SPLIT_TARGET_WORKGROUPS
+        .div_ceil(workgroups)
+        .min(k / MIN_SPLIT_K)
+        .max(1)
+}
+
+/// The width-blind rule the first split measured (H200, 2026-11-28, 8 × 8 blocks: a question
+/// 113.2 ms of device time, against 124.5, 116.8 and 125.6 ms with every product in 3, 8 and 16
+/// chunks and 160.9 ms unsplit; the image unsplit at 331.7 ms, against 305.1 ms in 3 chunks).
+fn rows_rule(software: bool, tile: usize, [m, _, k]: [usize; 3]) -> usize {
     if software {
         return 1;
     }
@@ -177,15 +197,29 @@ pub(super) fn split_chunk(k: usize, step: usize, splits: usize) -> usize {
     steps.div_ceil(splits) * step
 }
 
+/// What `REXVQA_TILE_SPLIT` asks for.
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Debug, Clone, Copy)]
+enum Forced {
+    /// This many chunks, every tiled product.
+    Count(usize),
+    /// The width-blind rule ([`rows_rule`]).
+    Rows,
+}
+
 /// `REXVQA_TILE_SPLIT`, read once (native only).
 #[cfg(not(target_arch = "wasm32"))]
-fn forced_tile_splits() -> Option<usize> {
-    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+fn forced_tile_splits() -> Option<Forced> {
+    static FORCED: std::sync::OnceLock<Option<Forced>> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| {
-        std::env::var("REXVQA_TILE_SPLIT")
+        let v = std::env::var("REXVQA_TILE_SPLIT").ok()?;
+        if v == "rows" {
+            return Some(Forced::Rows);
+        }
+        v.parse::<usize>()
             .ok()
-            .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| (1..=64).contains(&n))
+            .map(Forced::Count)
     })
 }
 
@@ -330,22 +364,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_question_splits_its_products_and_a_long_prefill_does_not() {
-        // A question's ~330 rows: 6 row tiles of 64, so 3 chunks of every MedGemma row
-        // (2,048–10,240 weights); 8 × 8 blocks: 3 tiles of 128, 11 chunks wanted, 5 allowed at
-        // 2,560 weights (512 each).
-        assert_eq!(splits_for(false, 64, 330, 2560), 3);
-        assert_eq!(splits_for(false, 64, 330, 10240), 3);
-        assert_eq!(splits_for(false, 128, 330, 2560), 5);
-        assert_eq!(splits_for(false, 128, 330, 10240), 11);
-        // 1,000 rows make 16 tiles; the image's 4,096, 64.
-        assert_eq!(splits_for(false, 64, 1000, 10240), 1);
-        assert_eq!(splits_for(false, 64, 4096, 4304), 1);
-        // Short rows: the projector's 1,152 weights allow 2 chunks; the self-test's 256, none.
-        assert_eq!(splits_for(false, 64, 256, 1152), 2);
-        assert_eq!(splits_for(false, 64, 9, 256), 1);
+    fn narrow_products_split_and_wide_ones_do_not() {
+        let rule = |m, n, k| splits_for(false, 128, [m, n, k]);
+        // A question's ~330 rows (3 row tiles of 128): q+k+v (4,096 wide: 96 workgroups) in
+        // 5 chunks of its 2,560 weights (512 each, the fewest), gate and up (20,480: 480) in
+        // 2, the output and down products (2,560: 60) in 4 of 2,048 and 13 of 10,240.
+        assert_eq!(rule(330, 4096, 2560), 5);
+        assert_eq!(rule(330, 20480, 2560), 2);
+        assert_eq!(rule(330, 2560, 2048), 4);
+        assert_eq!(rule(330, 2560, 10240), 13);
+        // The image's 4,096 rows: its 1,152-wide products (288 workgroups) in 2 of 1,152 weights
+        // and 3 of 4,304; the 4,304-wide one (1,088) whole.
+        assert_eq!(rule(4096, 1152, 1152), 2);
+        assert_eq!(rule(4096, 1152, 4304), 3);
+        assert_eq!(rule(4096, 4304, 1152), 1);
+        // The self-test's 256 weights: no chunk reaches 512.
+        assert_eq!(rule(9, 13, 256), 1);
         // Software adapters never split.
-        assert_eq!(splits_for(true, 64, 330, 10240), 1);
+        assert_eq!(splits_for(true, 128, [330, 2560, 10240]), 1);
+    }
+
+    #[test]
+    fn the_width_blind_rule_splits_by_rows_alone() {
+        assert_eq!(rows_rule(false, 64, [330, 1, 2560]), 3);
+        assert_eq!(rows_rule(false, 128, [330, 1, 2560]), 5);
+        assert_eq!(rows_rule(false, 128, [330, 1, 10240]), 11);
+        assert_eq!(rows_rule(false, 64, [1000, 1, 10240]), 1);
+        assert_eq!(rows_rule(true, 128, [330, 1, 10240]), 1);
     }
 
     #[test]

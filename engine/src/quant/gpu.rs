@@ -247,7 +247,7 @@ fn launch_qmatmul(
     let w2 = w2.unwrap_or_else(|| w.clone());
     let (wh2, _) = half_view(&w2, native);
     let kernel = match Kernel::from_id(p.kernel) {
-        Kernel::Auto => auto_kernel(client.properties(), m, k),
+        Kernel::Auto => auto_kernel(client.properties(), [m, n, k]),
         Kernel::GemvSubgroup if !plane => {
             panic!("the subgroup kernel needs an adapter with subgroups (Kernel::available)")
         }
@@ -336,7 +336,9 @@ fn launch_qmatmul(
                 ),
             };
             let chunk = match kernel {
-                Kernel::TiledSplit => split_chunk(k, step, tile_splits(client.properties(), m, k)),
+                Kernel::TiledSplit => {
+                    split_chunk(k, step, tile_splits(client.properties(), [m, n, k]))
+                }
                 _ => k.max(1),
             };
             let splits = k.div_ceil(chunk).max(1);

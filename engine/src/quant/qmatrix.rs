@@ -231,7 +231,7 @@ impl QMatrix {
         // Resolved here rather than in the backend so an injected test fault can follow the
         // automatic choice to the form it picked.
         let x_device = x.device();
-        let kernel = resolve(&x_device, kernel, x.dims()[0], self.cols);
+        let kernel = resolve(&x_device, kernel, [x.dims()[0], self.rows, self.cols]);
         let product = |c: &Chunk| {
             Tensor::<2>::from_dispatch(<Dispatch as QuantOps>::qmatmul(
                 x.clone().into_dispatch(),
@@ -263,7 +263,7 @@ impl QMatrix {
     /// v) without a concatenation. GPU devices only (see `QuantOps::qmatmul_into`).
     pub fn matmul_into(&self, x: Tensor<2>, out: Tensor<2>, col0: usize) -> Tensor<2> {
         let device = x.device();
-        let kernel = resolve(&device, Kernel::Auto, x.dims()[0], self.cols);
+        let kernel = resolve(&device, Kernel::Auto, [x.dims()[0], self.rows, self.cols]);
         let out = self.write_columns(x, out, col0, kernel, Half::Auto);
         perturbed(out, kernel, Half::Auto, &device)
     }
@@ -337,7 +337,8 @@ impl QMatrix {
         let ([ca], [cb]) = (self.chunks.as_slice(), b.chunks.as_slice()) else {
             return None;
         };
-        let kernel = resolve(&device, kernel, x.dims()[0], self.cols);
+        let n = self.rows + second.map_or(0, |b| b.rows);
+        let kernel = resolve(&device, kernel, [x.dims()[0], n, self.cols]);
         if !queues_work(&device) || (gelu && kernel.tiled()) {
             return None;
         }
