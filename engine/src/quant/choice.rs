@@ -136,8 +136,10 @@ pub fn resolve(device: &Device, kernel: Kernel, mnk: [usize; 3]) -> Kernel {
 pub const MIN_SPLIT_K: usize = 512;
 
 /// Workgroups × chunks a split tiled product aims for: a few waves of an H200's 132
-/// multiprocessors (two 256-invocation workgroups each at the 8 × 8 form's registers).
-const SPLIT_TARGET_WORKGROUPS: usize = 768;
+/// multiprocessors (two 256-invocation workgroups each at the 8 × 8 form's registers). There
+/// (2026-11-28) this rule gave a question 113.5 ms of device time and the image encode 308.5 ms,
+/// against 113.4 and 333.7 ms with the width-blind rule and 124.6 and 307.0 ms with every
+/// product in 3 chunks, and kept CubeCL's peak at 4.34 GB (the width-blind rule: 4.65 GB).
 
 /// Row tiles × chunks the width-blind rule (`REXVQA_TILE_SPLIT=rows`) aims for per column of
 /// tiles, per 64 rows of tile.
