@@ -140,10 +140,7 @@ pub const MIN_SPLIT_K: usize = 512;
 /// (2026-11-28) this rule gave a question 113.5 ms of device time and the image encode 308.5 ms,
 /// against 113.4 and 333.7 ms with the width-blind rule and 124.6 and 307.0 ms with every
 /// product in 3 chunks, and kept CubeCL's peak at 4.34 GB (the width-blind rule: 4.65 GB).
-
-/// Row tiles × chunks the width-blind rule (`REXVQA_TILE_SPLIT=rows`) aims for per column of
-/// tiles, per 64 rows of tile.
-const SPLIT_TARGET_PER_64: usize = 16;
+const SPLIT_TARGET_WORKGROUPS: usize = 768;
 
 /// How many chunks the automatic choice splits a tiled product of `[m, n, k]` (input rows,
 /// outputs, weights a row) into on a device with `props` (1: not split). On a GPU, enough that
@@ -180,11 +177,14 @@ fn splits_for(software: bool, tile: usize, [m, n, k]: [usize; 3]) -> usize {
 /// The width-blind rule the first split measured (H200, 2026-11-28, 8 × 8 blocks: a question
 /// 113.2 ms of device time, against 124.5, 116.8 and 125.6 ms with every product in 3, 8 and 16
 /// chunks and 160.9 ms unsplit; the image unsplit at 331.7 ms, against 305.1 ms in 3 chunks).
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 fn rows_rule(software: bool, tile: usize, [m, _, k]: [usize; 3]) -> usize {
+    // Row tiles × chunks per column of tiles, per 64 rows of tile.
+    const TARGET_PER_64: usize = 16;
     if software {
         return 1;
     }
-    let target = SPLIT_TARGET_PER_64 * tile / 64;
+    let target = TARGET_PER_64 * tile / 64;
     target
         .div_ceil(m.div_ceil(tile).max(1))
         .min(k / MIN_SPLIT_K)
