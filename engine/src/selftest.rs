@@ -419,8 +419,11 @@ pub async fn run(device: &Device, plan: &Plan, clock: &dyn Clock) -> Report {
     }
     // The argmax is checked with the forward: a failure there is turned off now.
     turn_off_failed(&checks);
-    // No matmul kernel left is the root cause of everything else failing: said first.
-    let unusable = if gpu && !kernels.iter().any(|k| k.form().is_some_and(forms::enabled)) {
+    // No matmul kernel left is the root cause of everything else failing: said first. The split
+    // tiled form only runs where the whole one would (the same kernel, a chunk of each row), so
+    // it alone does not keep a device usable.
+    let base = |f: Form| f != Form::TiledSplit && forms::enabled(f);
+    let unusable = if gpu && !kernels.iter().any(|k| k.form().is_some_and(base)) {
         Some("every matmul kernel failed".to_string())
     } else {
         checks

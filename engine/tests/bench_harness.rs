@@ -141,12 +141,15 @@ fn the_kernel_survey_times_every_type_and_variant() {
     let gpu = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     let t = pollster::block_on(kernel_survey(&gpu, 8, 256, &[1, 9], 1, &clock)).unwrap();
     let halves = Half::available(&gpu).len();
-    // m = 1: naive and every matrix–vector kernel; m = 9: naive and tiled.
-    let gemv = Kernel::available(&gpu)
+    // m = 1: naive and every matrix–vector kernel; m = 9: naive and both tiled forms.
+    let kernels = Kernel::available(&gpu);
+    let gemv = kernels
         .iter()
         .filter(|k| matches!(k, Kernel::Gemv | Kernel::GemvSubgroup))
         .count();
-    assert_eq!(t.len(), types * halves * ((1 + gemv) + 2));
+    let tiled = kernels.iter().filter(|k| k.tiled()).count();
+    assert_eq!(tiled, 2);
+    assert_eq!(t.len(), types * halves * ((1 + gemv) + (1 + tiled)));
     assert!(t.iter().all(|t| t.ms.is_finite() && t.ms > 0.0));
 }
 
