@@ -38,11 +38,13 @@ stage "native tests" cargo test --workspace --no-fail-fast
 # second run: a form is read once per process), the matrix-vector kernel's teams of 8 invocations
 # a row, summed by subgroup shuffles on lavapipe (subgroups of 8; teams of 16 and 32 are summed
 # the same way on a GPU), two K-quant chunks a step, decode attention split over the keys, and
-# the fused attention's scalar form.
-stage "other kernel forms (REXVQA_TILE_PER=v4, REXVQA_TILE_SPLIT=3, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1; REXVQA_TILE_PER=s4, REXVQA_ATTENTION=scalar)" \
+# the fused attention's scalar form, and the row kernels' GPU workgroups (software adapters give
+# every row 4 lanes).
+stage "other kernel forms (REXVQA_TILE_PER=v4, REXVQA_TILE_SPLIT=3, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1, REXVQA_ROW_LANES=gpu; REXVQA_TILE_PER=s4, REXVQA_ATTENTION=scalar)" \
   bash -c 'env REXVQA_TILE_PER=v4 REXVQA_TILE_SPLIT=3 REXVQA_GEMV_TEAM=8 REXVQA_GEMV_UNROLL=2 REXVQA_DECODE_SPLIT=1 \
-    cargo test -p rexvqa-engine --test qkernels -- \
-    wgpu_kernels_match_the_reference wgpu_gelu_products wgpu_stacked_products wgpu_decode_attention &&
+    REXVQA_ROW_LANES=gpu cargo test -p rexvqa-engine --test qkernels -- \
+    wgpu_kernels_match_the_reference wgpu_gelu_products wgpu_stacked_products wgpu_decode_attention \
+    wgpu_fused_row_kernels wgpu_qk_norm_rope &&
     env REXVQA_TILE_PER=s4 REXVQA_ATTENTION=scalar cargo test -p rexvqa-engine --test qkernels -- \
     wgpu_kernels_match_the_reference wgpu_stacked_products wgpu_fused_attention'
 stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web

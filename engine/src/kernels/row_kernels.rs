@@ -79,20 +79,53 @@ fn row_sum_squares(x: &Tensor<f32>, base: usize, d: usize, #[comptime] threads: 
 /// (`per`): rows up to 16 · [`ROW_THREADS`] = 4,096 wide.
 pub(crate) const MAX_PER: usize = 16;
 
-/// Invocations of a row kernel's workgroup for rows of `d`: the power of two at or above `d`,
-/// from 32 (a GPU's narrowest subgroup) to [`ROW_THREADS`]. Every barrier of the reduction
-/// waits on the whole workgroup, so idle lanes are not free: software adapters run a barrier by
-/// switching between the workgroup's invocations, and a 32-wide head given 256 lanes paid 8x
-/// (SwiftShader, tiny pair's 32-token prefill: q/k norm 340 ms natively, 542 ms in Chromium).
-pub(crate) fn row_threads(d: usize) -> u32 {
-    d.next_power_of_two().clamp(32, ROW_THREADS as usize) as u32
+/// Invocations of a row kernel's workgroup for rows of `d`: on a GPU the power of two at or
+/// above `d`, from 32 (a GPU's narrowest subgroup) to [`ROW_THREADS`]; on a `software` adapter
+/// [`SOFTWARE_ROW_THREADS`] whatever the row. Every barrier of the reduction waits on the whole
+/// workgroup, so idle lanes are not free: software adapters run a barrier by switching between
+/// the workgroup's invocations, and a 32-wide head given 256 lanes paid 8x (SwiftShader, tiny
+/// pair's 32-token prefill: q/k norm 340 ms natively, 542 ms in Chromium). Natively
+/// `REXVQA_ROW_LANES=gpu` takes the GPU rule on a software adapter too (read once), so that CI's
+/// lavapipe tests both.
+pub(crate) fn row_threads(d: usize, software: bool) -> u32 {
+    lanes_for(d, software && !gpu_rule_forced())
 }
 
-/// The `per` (values an invocation holds) of the norm kernels for rows of `d`, with
-/// [`row_threads`] invocations: 0, the streaming form, for rows past [`MAX_PER`] ·
-/// [`ROW_THREADS`].
-pub(crate) fn per_lane(d: usize) -> usize {
-    let per = d.div_ceil(row_threads(d) as usize);
+/// [`row_threads`]'s rule, without the override.
+fn lanes_for(d: usize, software: bool) -> u32 {
+    if software {
+        SOFTWARE_ROW_THREADS
+    } else {
+        d.next_power_of_two().clamp(32, ROW_THREADS as usize) as u32
+    }
+}
+
+/// Invocations of a row kernel's workgroup on a software adapter: one SwiftShader subgroup.
+/// There a workgroup's invocations are SIMD lanes of one CPU thread in groups of 4, switched
+/// between at every barrier, and SwiftShader zero-initialises the reduction slots in every group
+/// (its `EmitVariable`), so a row's fixed cost grows with its lanes, not its width. The tiny
+/// pair's image (rows of 96, 128 lanes before) spent 208 of 480 ms of device time in its five
+/// LayerNorms natively on SwiftShader and 343 of 754 in Chromium, 0.16 and 0.27 ms a row; with
+/// 4 lanes 5 ms natively (8 lanes: 11, 16: 17), and a 64-token prefill's norms 108 → 11 ms;
+/// Gemma 3 270M's (rows of 640) 1,195 → 52 ms at 32 tokens. On lavapipe 4, 8 and 16 lanes
+/// were alike (2026-11-28).
+pub(crate) const SOFTWARE_ROW_THREADS: u32 = 4;
+
+/// `REXVQA_ROW_LANES=gpu` (native only).
+fn gpu_rule_forced() -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static GPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *GPU.get_or_init(|| std::env::var("REXVQA_ROW_LANES").as_deref() == Ok("gpu"))
+    }
+    #[cfg(target_arch = "wasm32")]
+    false
+}
+
+/// The `per` (values an invocation holds) of the norm kernels for rows of `d` in workgroups of
+/// `threads` ([`row_threads`]): 0, the streaming form, past [`MAX_PER`] values a lane.
+pub(crate) fn per_lane(d: usize, threads: u32) -> usize {
+    let per = d.div_ceil(threads as usize);
     if per <= MAX_PER { per } else { 0 }
 }
 
@@ -590,10 +623,11 @@ pub(super) fn argmax_final_kernel(
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_PER, ROW_THREADS, per_lane, row_threads};
+    use super::{MAX_PER, ROW_THREADS, SOFTWARE_ROW_THREADS, lanes_for, per_lane};
 
-    /// Narrow rows get narrow workgroups, MedGemma's widths keep 256 lanes, and the register
-    /// form ends exactly at 16 values a lane of 256.
+    /// On a GPU narrow rows get narrow workgroups, MedGemma's widths keep 256 lanes, and the
+    /// register form ends exactly at 16 values a lane of 256; a software adapter gives every
+    /// row 4 lanes, in registers up to 64 values.
     #[test]
     fn row_workgroups_fit_their_rows() {
         let cases = [
@@ -611,8 +645,26 @@ mod tests {
             (4097, 256, 0),
         ];
         for (d, threads, per) in cases {
-            assert_eq!((row_threads(d), per_lane(d)), (threads, per), "row of {d}");
+            let t = lanes_for(d, false);
+            assert_eq!((t, per_lane(d, t)), (threads, per), "row of {d}");
         }
         assert_eq!(MAX_PER * ROW_THREADS as usize, 4096);
+        let software = [
+            (1, 1),
+            (4, 1),
+            (5, 2),
+            (64, 16),
+            (65, 0),
+            (96, 0),
+            (2560, 0),
+        ];
+        for (d, per) in software {
+            let t = lanes_for(d, true);
+            assert_eq!(
+                (t, per_lane(d, t)),
+                (SOFTWARE_ROW_THREADS, per),
+                "row of {d}"
+            );
+        }
     }
 }

@@ -206,18 +206,20 @@ fn rows_of(x: &CubeTensor) -> (usize, usize) {
     (shape.num_elements() / d.max(1), d)
 }
 
-/// One workgroup of [`row_threads`]`(d)` per row of `d`, over a 2-D grid when rows pass one
+/// One workgroup of [`row_threads`] per row of `d`, over a 2-D grid when rows pass one
 /// dimension; with that invocation count, which the kernels take as their comptime `threads`
-/// (their reduction slots and register stride must match the workgroup).
+/// (their reduction slots and register stride must match the workgroup), and the norms'
+/// register form for it ([`per_lane`]).
 fn row_launch(
     x: &CubeTensor,
     rows: usize,
     d: usize,
-) -> (cubecl::CubeCount, cubecl::CubeDim, usize) {
-    let threads = row_threads(d);
+) -> (cubecl::CubeCount, cubecl::CubeDim, usize, usize) {
+    let software = x.client.properties().identity.physical.is_none();
+    let threads = row_threads(d, software);
     let dim = cubecl::CubeDim::new_1d(threads);
     let count = cubecl::calculate_cube_count_elemwise(&x.client, rows * threads as usize, dim);
-    (count, dim, threads as usize)
+    (count, dim, threads as usize, per_lane(d, threads))
 }
 
 impl RowOps for CubeBackend {
@@ -235,7 +237,7 @@ impl RowOps for CubeBackend {
         );
         let (rows, d) = rows_of(&x);
         let out = empty_like(&x);
-        let (count, dim, threads) = row_launch(&x, rows, d);
+        let (count, dim, threads, per) = row_launch(&x, rows, d);
         let passes = if has_residual { 3 } else { 2 };
         crate::launches::note_bytes((passes * rows * d + d) * 4);
         rms_norm_kernel::launch(
@@ -250,7 +252,7 @@ impl RowOps for CubeBackend {
             d as u32,
             eps,
             has_residual,
-            per_lane(d),
+            per,
             threads,
         );
         out
@@ -267,7 +269,7 @@ impl RowOps for CubeBackend {
         let (residual, w2) = (into_contiguous(residual), into_contiguous(w2));
         let (rows, d) = rows_of(&x);
         let (h, hn) = (empty_like(&x), empty_like(&x));
-        let (count, dim, threads) = row_launch(&x, rows, d);
+        let (count, dim, threads, per) = row_launch(&x, rows, d);
         // x and the residual read, h and its norm written, two weight vectors.
         crate::launches::note_bytes((4 * rows * d + 2 * d) * 4);
         add_rms_norm_then_norm_kernel::launch(
@@ -283,7 +285,7 @@ impl RowOps for CubeBackend {
             rows as u32,
             d as u32,
             eps,
-            per_lane(d),
+            per,
             threads,
         );
         (h, hn)
@@ -300,7 +302,7 @@ impl RowOps for CubeBackend {
         let (cos, sin) = (into_contiguous(cos), into_contiguous(sin));
         let [t, heads, d] = x.meta.shape().dims::<3>();
         let out = empty_like(&x);
-        let (count, dim, threads) = row_launch(&x, t * heads, d);
+        let (count, dim, threads, _) = row_launch(&x, t * heads, d);
         crate::launches::note_bytes((2 * t * heads * d + d + t * d) * 4);
         rms_norm_rope_kernel::launch(
             &x.client,
@@ -344,7 +346,7 @@ impl RowOps for CubeBackend {
             [t, heads, d].into(),
             DType::F32,
         );
-        let (count, dim, threads) = row_launch(&qkv, t * (heads + kv_heads), d);
+        let (count, dim, threads, _) = row_launch(&qkv, t * (heads + kv_heads), d);
         // The product read, q and the new keys and values written, norms, table.
         let width = (heads + 2 * kv_heads) * d;
         crate::launches::note_bytes((2 * t * width + 2 * d + t * d) * 4);
@@ -374,7 +376,7 @@ impl RowOps for CubeBackend {
         let (x, w, b) = (into_contiguous(x), into_contiguous(w), into_contiguous(b));
         let (rows, d) = rows_of(&x);
         let out = empty_like(&x);
-        let (count, dim, threads) = row_launch(&x, rows, d);
+        let (count, dim, threads, _) = row_launch(&x, rows, d);
         crate::launches::note_bytes((2 * rows * d + 2 * d) * 4);
         layer_norm_kernel::launch(
             &x.client,
