@@ -55,7 +55,7 @@ pub fn adapter(device: &Device) -> Option<Adapter> {
             let props = client.properties();
             Some(Adapter {
                 name: props.identity.name.clone(),
-                software: props.identity.physical.is_none(),
+                software: crate::kernels::software(props),
                 subgroups: crate::quant::choice::subgroups(device) == Some(true),
                 shader_f16: crate::quant::choice::shader_f16(device) == Some(true),
                 native_half: crate::quant::choice::native_half_in_use(),

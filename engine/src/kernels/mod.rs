@@ -15,6 +15,7 @@ pub mod rows;
 pub mod wide_attention;
 
 use burn::tensor::Device;
+use burn_cubecl::cubecl;
 
 use forms::Form;
 
@@ -30,4 +31,11 @@ pub fn runs(device: &Device, form: Form) -> bool {
 /// both ask.
 pub fn queues_work(device: &Device) -> bool {
     !matches!(device.as_dispatch(), burn::backend::DispatchDevice::Flex(_))
+}
+
+/// Whether an adapter with `props` is a software one (lavapipe, SwiftShader: workgroups run as
+/// SIMD lanes of a few CPU threads), which every kernel choice sizes for apart from a GPU:
+/// cubecl-wgpu reports no physical device for CPU-type adapters.
+pub fn software(props: &cubecl::ir::DeviceProperties) -> bool {
+    props.identity.physical.is_none()
 }

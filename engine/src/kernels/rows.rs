@@ -215,7 +215,7 @@ fn row_launch(
     rows: usize,
     d: usize,
 ) -> (cubecl::CubeCount, cubecl::CubeDim, usize, usize) {
-    let software = x.client.properties().identity.physical.is_none();
+    let software = super::software(x.client.properties());
     let threads = row_threads(d, software);
     let dim = cubecl::CubeDim::new_1d(threads);
     let count = cubecl::calculate_cube_count_elemwise(&x.client, rows * threads as usize, dim);

@@ -340,7 +340,7 @@ impl WideAttentionOps for CubeBackend {
         let wanted = if heads * t > MAX_JOIN_ROWS {
             1
         } else {
-            let software = q.client.properties().identity.physical.is_none();
+            let software = super::software(q.client.properties());
             let n = chunks.unwrap_or_else(|| chunks_for(blocks * heads, s, software));
             n.clamp(1, s.div_ceil(tile))
         };

@@ -101,7 +101,7 @@ impl Kernel {
 /// (the self-test then reports the device unusable and the model runs on the CPU).
 pub(super) fn auto_kernel(props: &cubecl::ir::DeviceProperties, [m, n, k]: [usize; 3]) -> Kernel {
     use Kernel::*;
-    let software = props.identity.physical.is_none();
+    let software = crate::kernels::software(props);
     let split = m > GEMV_MAX_M && tile_splits(props, [m, n, k]) > 1;
     let order: &[Kernel] = match (m <= GEMV_MAX_M, software) {
         (true, true) => &[Naive, Gemv, GemvSubgroup, Tiled],
@@ -152,7 +152,7 @@ const SPLIT_TARGET_WORKGROUPS: usize = 768;
 /// Natively `REXVQA_TILE_SPLIT=N` forces `N` (1: never split) and `rows` takes the earlier
 /// width-blind rule (row tiles × chunks ≥ 32 per 128-row tile), for timing on a GPU machine.
 pub fn tile_splits(props: &cubecl::ir::DeviceProperties, mnk: [usize; 3]) -> usize {
-    let software = props.identity.physical.is_none();
+    let software = crate::kernels::software(props);
     #[cfg(not(target_arch = "wasm32"))]
     match forced_tile_splits() {
         Some(Forced::Count(n)) => return n,
@@ -251,7 +251,7 @@ pub(super) fn plane_ops(props: &cubecl::ir::DeviceProperties) -> bool {
         .features
         .plane
         .contains(cubecl::ir::features::Plane::Ops)
-        || (props.identity.physical.is_none()
+        || (crate::kernels::software(props)
             && SOFTWARE_SUBGROUPS.load(std::sync::atomic::Ordering::Relaxed))
 }
 
