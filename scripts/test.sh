@@ -39,7 +39,8 @@ stage "native tests" cargo test --workspace --no-fail-fast
 # a row, summed by subgroup shuffles on lavapipe (subgroups of 8; teams of 16 and 32 are summed
 # the same way on a GPU), two K-quant chunks a step, decode attention split over the keys, and
 # the fused attention's scalar form, and the row kernels' GPU workgroups (software adapters give
-# every row 4 lanes).
+# every row 4 lanes). The tiled kernel's GPU workgroups (software adapters take 8 x 8 invocations)
+# run in the native tests (qkernels' wgpu_tiled_kernel_in_its_other_form) and the wasm tests.
 stage "other kernel forms (REXVQA_TILE_PER=v4, REXVQA_TILE_SPLIT=3, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1, REXVQA_ROW_LANES=gpu; REXVQA_TILE_PER=s4, REXVQA_ATTENTION=scalar)" \
   bash -c 'env REXVQA_TILE_PER=v4 REXVQA_TILE_SPLIT=3 REXVQA_GEMV_TEAM=8 REXVQA_GEMV_UNROLL=2 REXVQA_DECODE_SPLIT=1 \
     REXVQA_ROW_LANES=gpu cargo test -p rexvqa-engine --test qkernels -- \

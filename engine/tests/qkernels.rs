@@ -10,7 +10,9 @@ use rexvqa_engine::quant::conformance::{
     stacked_error,
 };
 use rexvqa_engine::quant::random_blocks;
-use rexvqa_engine::quant::{Half, Kernel, QMatrix, allow_software_subgroups, native_half_exact};
+use rexvqa_engine::quant::{
+    Half, Kernel, QMatrix, allow_software_subgroups, choice, native_half_exact,
+};
 use rexvqa_engine::selftest::attention::{self, DECODE_CASES, WIDE_CASES};
 use rexvqa_engine::selftest::rows;
 
@@ -33,8 +35,13 @@ fn run_all(dev: &burn::tensor::Device, label: &str) {
         halves.push(Half::Auto);
     }
     eprintln!("{label}: kernels {kernels:?}, f16 forms {halves:?}");
-    for kernel in kernels {
-        for &half in &halves {
+    run_cases(dev, label, &kernels, &halves);
+}
+
+/// Every case of the conformance table through each of `kernels` with each of `halves`.
+fn run_cases(dev: &burn::tensor::Device, label: &str, kernels: &[Kernel], halves: &[Half]) {
+    for &kernel in kernels {
+        for &half in halves {
             for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
                 // Small chunks force the multi-buffer path on the larger cases.
                 let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
@@ -53,9 +60,24 @@ fn run_all(dev: &burn::tensor::Device, label: &str) {
     }
 }
 
+/// The tiled kernel in the form this adapter does not take itself: a GPU's 16 × 16 invocations
+/// on lavapipe ([`choice::force_tile_form`], process-wide while it runs; every vector form sums
+/// each output in the same order, so the tests beside it pass whichever form they meet).
 #[test]
-fn flex_cpu_kernels_match_the_reference() {
-    run_all(&device::cpu(), "flex");
+fn wgpu_tiled_kernel_in_its_other_form() {
+    let dev = gpu();
+    let software = device::adapter(&dev).is_some_and(|a| a.software);
+    choice::force_tile_form(Some(if software {
+        choice::WIDE
+    } else {
+        choice::NARROW
+    }));
+    let tiled: Vec<Kernel> = Kernel::available(&dev)
+        .into_iter()
+        .filter(|k| k.tiled())
+        .collect();
+    run_cases(&dev, "wgpu, other tile form", &tiled, &[Half::Auto]);
+    choice::force_tile_form(None);
 }
 
 #[test]

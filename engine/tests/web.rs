@@ -82,7 +82,7 @@ mod model_in_browser {
     use rexvqa_engine::image::Policy;
     use rexvqa_engine::model::nn::read_f32;
     use rexvqa_engine::quant::conformance::{cases, check_matmul};
-    use rexvqa_engine::quant::{Half, Kernel};
+    use rexvqa_engine::quant::{Half, Kernel, choice};
     use rexvqa_engine::rexvqa::{Letter, prompt};
     use rexvqa_engine::selftest::rows;
     use rexvqa_engine::session::{LoadOptions, Model, Session};
@@ -101,6 +101,22 @@ mod model_in_browser {
     const GOLDEN: &[u8] = include_bytes!("../../tests/reference/golden/tiny_tiny-q8_0.json.gz");
     const IMAGE: &[u8] = include_bytes!("../../tests/fixtures/images/tiny_ref_0.png");
 
+    /// Every case of the conformance table through `kernel` with `half`, within its bounds.
+    async fn check_cases(dev: &burn::tensor::Device, kernel: Kernel, half: Half) {
+        for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
+            let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
+            let o = check_matmul(dev, kernel, half, ty, m, n, k, chunk, i as u64)
+                .await
+                .unwrap();
+            assert!(
+                o.worst_ratio <= 1.0,
+                "WebGPU, {kernel:?}: {} ({:.2}× the bound)",
+                o.worst,
+                o.worst_ratio
+            );
+        }
+    }
+
     #[wasm_bindgen_test]
     async fn every_quant_kernel_matches_the_cpu_reference_on_webgpu() {
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
@@ -109,22 +125,23 @@ mod model_in_browser {
         // SwiftShader has no shader-f16; a browser on a GPU that has it runs both forms.
         let mut halves = Half::available(&dev);
         halves.push(Half::Auto);
-        for kernel in kernels {
+        for &kernel in &kernels {
             for &half in &halves {
-                for (i, (ty, m, n, k)) in cases().into_iter().enumerate() {
-                    let chunk = if n > 20 { 4096 } else { usize::MAX / 2 };
-                    let o = check_matmul(&dev, kernel, half, ty, m, n, k, chunk, i as u64)
-                        .await
-                        .unwrap();
-                    assert!(
-                        o.worst_ratio <= 1.0,
-                        "WebGPU: {} ({:.2}× the bound)",
-                        o.worst,
-                        o.worst_ratio
-                    );
-                }
+                check_cases(&dev, kernel, half).await;
             }
         }
+        // The tiled kernel's other form: a GPU's 16 × 16 invocations where a software adapter
+        // takes 8 × 8, or the other way round.
+        let other = if device::adapter(&dev).is_some_and(|a| a.software) {
+            choice::WIDE
+        } else {
+            choice::NARROW
+        };
+        choice::force_tile_form(Some(other));
+        for &kernel in kernels.iter().filter(|k| k.tiled()) {
+            check_cases(&dev, kernel, Half::Auto).await;
+        }
+        choice::force_tile_form(None);
     }
 
     /// The CPU path in wasm (no AVX2 there: the portable lanes of `quant::dot`).

@@ -1247,24 +1247,40 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
 /// Four floats: one 16-byte read of workgroup memory in [`qmatmul_tiled_vec_kernel`].
 type V4 = Vector<f32, Const<4>>;
 
-/// Invocations a side of [`qmatmul_tiled_vec_kernel`]'s workgroup (16 × 16).
+/// Invocations a side of [`qmatmul_tiled_vec_kernel`]'s workgroup on a GPU (16 × 16).
 pub const VEC_SIDE: u32 = 16;
 
+/// Invocations a side of [`qmatmul_tiled_vec_kernel`]'s workgroup on a software adapter (8 × 8,
+/// with 8 × 8 blocks: 64 × 64 tiles). SwiftShader runs a workgroup as groups of 4 SIMD lanes on
+/// one CPU thread and, in Chromium, zero-initialises its workgroup memory once per group of 4:
+/// 16 × 16 invocations zero their 16 KiB 64 times over for a 128 × 128 tile, 64 B an output,
+/// where 8 × 8 zero 8 KiB 16 times over for 64 × 64, 32 B an output, with as many barriers an
+/// output (each invocation stages two 4 × 4 blocks a step where 16 × 16's stage one).
+pub const SOFTWARE_SIDE: u32 = 8;
+
 /// Weights per row staged a step by [`qmatmul_tiled_vec_kernel`] with `per` × `per` blocks:
-/// 32 at 64-wide tiles, 16 at 128-wide ones, so that the two staged slices take WebGPU's default
-/// 16 KiB of workgroup memory either way, and 128 runs of 4 × 4 values stage each.
+/// 32 at 4 × 4 blocks, 16 at 8 × 8, so that the two staged slices of a 16 × 16 workgroup take
+/// WebGPU's default 16 KiB of workgroup memory either way (8 KiB at 8 × 8 invocations).
 pub const fn vec_tile_k(per: u32) -> usize {
     if per == 8 { 16 } else { 32 }
+}
+
+/// 4 × 4 blocks each invocation of a `side` × `side` workgroup stages a step with `per` × `per`
+/// blocks: the step's `2 · (side · per / 4) · (tk / 4)` blocks (a slice of `x` and one of the
+/// weights) over `side²` invocations; 1 at 16 × 16 invocations, 2 at 8 × 8.
+pub const fn vec_stages(per: u32, side: u32) -> usize {
+    (per as usize * vec_tile_k(per)) / (8 * side as usize)
 }
 
 /// [`qmatmul_tiled_kernel`]'s product with its staged slices stored transposed (`k` major) as
 /// runs of 4 floats, so that an invocation reads four of its rows or four of its columns in one
 /// 16-byte load: 2 loads a step feed 16 multiply–adds (`per` = 4; 64 × 64 tiles) or 4 feed 64
 /// (`per` = 8; 128 × 128), where the scalar form reads one float for every two. An invocation's
-/// block is `per / 4` runs of 4 rows by `per / 4` runs of 4 columns, each run 64 apart, so that
+/// block is `per / 4` runs of 4 rows by `per / 4` runs of 4 columns, each run `4 · side` apart, so that
 /// neighbouring invocations read neighbouring runs. Each invocation stages one 4 × 4 block a
 /// step: 4 rows of `x` (the first 128 invocations) or 4 decoded weight runs (the others),
-/// written transposed. Same sums in the same order per output as the scalar form.
+/// written transposed; with `side` = [`SOFTWARE_SIDE`] each stages one block of each
+/// ([`vec_stages`]). Same sums in the same order per output as the scalar form.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
@@ -1288,6 +1304,7 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
     #[comptime] stacked: bool,
     #[comptime] native: bool,
     #[comptime] per: u32,
+    #[comptime] side: u32,
     #[define(H)] _half: ElemType,
 ) {
     let m = m as usize;
@@ -1297,7 +1314,8 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
     let rw = row_words as usize;
     let rw2 = row_words2 as usize;
     let (k_begin, k_end, out_base) = split_range(k, k_chunk as usize, m, ld as usize);
-    let side = comptime!(VEC_SIDE as usize);
+    let stages = comptime!(vec_stages(per, side));
+    let side = comptime!(side as usize);
     let tile = comptime!(side * per as usize);
     let tk = comptime!(vec_tile_k(per));
     // Runs of 4 in a staged column of the tile, and an invocation's runs a side.
@@ -1316,55 +1334,61 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
     for e in 0..comptime!(per as usize * runs) {
         acc[e] = V4::zeroed();
     }
-    // The block this invocation stages: 4 rows from 4 · rg, 4 columns from 4 · kc of the step.
-    let stages_w = tid >= comptime!(side * side / 2);
-    let b = tid % comptime!(side * side / 2);
-    let kc = b % comptime!(tk / 4);
-    let rg = b / comptime!(tk / 4);
+    // The blocks of a step, half of `x` then half of the weights: this invocation stages blocks
+    // `tid`, `tid + side²`, … ([`vec_stages`]), each 4 rows from 4 · rg, 4 columns from 4 · kc.
+    let half = comptime!(tile / 4 * (tk / 4));
     let mut k0 = k_begin;
     while k0 < k_end {
-        let j0 = k0 + kc * 4;
-        // vals[4 · i + t]: row 4 · rg + i, column j0 + t.
-        let mut vals = Array::<f32>::new(16usize);
         #[unroll]
-        for i in 0..4usize {
-            let rr = rg * 4 + i;
-            if stages_w {
-                stage_weight_run::<H, Array<f32>>(
-                    w,
-                    wh,
-                    w2,
-                    wh2,
-                    bn + rr,
-                    j0,
-                    k,
-                    n,
-                    n1,
-                    rw,
-                    rw2,
-                    &mut vals,
-                    i * 4,
-                    ty,
-                    ty2,
-                    stacked,
-                    native,
-                );
-            } else {
-                stage_input_run::<Array<f32>>(x, bm + rr, j0, m, k, &mut vals, i * 4);
+        for s in 0..stages {
+            let g = tid + s * comptime!(side * side);
+            let stages_w = g >= half;
+            let b = g % half;
+            let kc = b % comptime!(tk / 4);
+            let rg = b / comptime!(tk / 4);
+            let j0 = k0 + kc * 4;
+            // vals[4 · i + t]: row 4 · rg + i, column j0 + t.
+            let mut vals = Array::<f32>::new(16usize);
+            #[unroll]
+            for i in 0..4usize {
+                let rr = rg * 4 + i;
+                if stages_w {
+                    stage_weight_run::<H, Array<f32>>(
+                        w,
+                        wh,
+                        w2,
+                        wh2,
+                        bn + rr,
+                        j0,
+                        k,
+                        n,
+                        n1,
+                        rw,
+                        rw2,
+                        &mut vals,
+                        i * 4,
+                        ty,
+                        ty2,
+                        stacked,
+                        native,
+                    );
+                } else {
+                    stage_input_run::<Array<f32>>(x, bm + rr, j0, m, k, &mut vals, i * 4);
+                }
             }
-        }
-        #[unroll]
-        for t in 0..4usize {
-            let mut v = V4::empty();
-            v.insert(0usize, vals[t]);
-            v.insert(1usize, vals[4 + t]);
-            v.insert(2usize, vals[8 + t]);
-            v.insert(3usize, vals[12 + t]);
-            let at = (kc * 4 + t) * quads + rg;
-            if stages_w {
-                ws[at] = v;
-            } else {
-                xs[at] = v;
+            #[unroll]
+            for t in 0..4usize {
+                let mut v = V4::empty();
+                v.insert(0usize, vals[t]);
+                v.insert(1usize, vals[4 + t]);
+                v.insert(2usize, vals[8 + t]);
+                v.insert(3usize, vals[12 + t]);
+                let at = (kc * 4 + t) * quads + rg;
+                if stages_w {
+                    ws[at] = v;
+                } else {
+                    xs[at] = v;
+                }
             }
         }
         sync_cube();

@@ -156,10 +156,10 @@ pub fn tile_splits(props: &cubecl::ir::DeviceProperties, mnk: [usize; 3]) -> usi
     #[cfg(not(target_arch = "wasm32"))]
     match forced_tile_splits() {
         Some(Forced::Count(n)) => return n,
-        Some(Forced::Rows) => return rows_rule(software, tile_rows(), mnk),
+        Some(Forced::Rows) => return rows_rule(software, tile_rows(software), mnk),
         None => {}
     }
-    splits_for(software, tile_rows(), mnk)
+    splits_for(software, tile_rows(software), mnk)
 }
 
 /// [`tile_splits`]'s rule for a tile of `tile` rows (and as many columns).
@@ -316,10 +316,10 @@ pub fn native_half_in_use() -> bool {
 }
 
 /// Input rows a tile of the tiled kernel's form covers (64, or 128 for `v8`).
-fn tile_rows() -> usize {
-    match tile_form() {
+fn tile_rows(software: bool) -> usize {
+    match tile_form(software) {
         TileForm::Scalar => quant::TILE,
-        TileForm::Vector(per) => (quant::VEC_SIDE * per) as usize,
+        TileForm::Vector { per, side } => (side * per) as usize,
     }
 }
 
@@ -331,13 +331,21 @@ pub enum TileForm {
     /// Scalar reads (chosen natively only: the kit's comparison with the vector form).
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     Scalar,
-    /// Vector reads, 8 × 8 (the default) or 4 × 4 blocks.
-    Vector(u32),
+    /// Vector reads: `per` × `per` blocks an invocation (8 or 4), `side` × `side` invocations
+    /// a workgroup ([`quant::VEC_SIDE`] or [`quant::SOFTWARE_SIDE`]).
+    Vector {
+        /// Outputs a side of an invocation's block.
+        per: u32,
+        /// Invocations a side of a workgroup.
+        side: u32,
+    },
 }
 
-/// The tiled kernel's form: vector reads with 8 × 8 blocks in 128 × 128 tiles, or natively
-/// `REXVQA_TILE_PER` = `v4` (4 × 4 blocks, 64 × 64 tiles) or `s4` (the scalar form; read once),
-/// so that a GPU machine can time the others without a rebuild (`bench/device/run.sh` does).
+/// The tiled kernel's form: vector reads with 8 × 8 blocks, in 128 × 128 tiles of 16 × 16
+/// invocations on a GPU (`v8`), in 64 × 64 tiles of 8 × 8 invocations on a software adapter
+/// (`n8`, [`quant::SOFTWARE_SIDE`]); or natively `REXVQA_TILE_PER` = `v8`, `n8`, `v4` (4 × 4
+/// blocks, 64 × 64 tiles) or `s4` (the scalar form; read once), so that a GPU machine can time
+/// the others without a rebuild (`bench/device/run.sh` does), and the tests run every form.
 /// 8 × 8 reads workgroup memory half as often for the same multiply–adds (4 16-byte loads feed
 /// 64, where 4 × 4's 2 feed 16); its tiles are 4 times as large, too few at a question's 330
 /// rows to fill a GPU, which the split over the rows' weights ([`tile_splits`]) makes up for.
@@ -346,24 +354,95 @@ pub enum TileForm {
 /// encode 334.5 against 331.7 ms; unsplit, 8 × 8 took 160.9 ms a question. On lavapipe it took
 /// the tiny pair's image products from 549 ms (4 × 4) to 313 ms (2026-11-27). The scalar form's
 /// 8 × 8 blocks were dropped after an H200 ran them at 0.65–0.82× its 4 × 4.
-pub fn tile_form() -> TileForm {
-    const DEFAULT: TileForm = TileForm::Vector(8);
+pub fn tile_form(software: bool) -> TileForm {
+    match FORCED.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {}
+        1 => return TileForm::Scalar,
+        v => {
+            return TileForm::Vector {
+                per: v >> 8,
+                side: v & 0xff,
+            };
+        }
+    }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        static FORM: std::sync::OnceLock<TileForm> = std::sync::OnceLock::new();
-        *FORM.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
-            Ok("s4") => TileForm::Scalar,
-            Ok("v4") => TileForm::Vector(4),
-            _ => DEFAULT,
-        })
+        static FORM: std::sync::OnceLock<Option<TileForm>> = std::sync::OnceLock::new();
+        let named = FORM.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
+            Ok("s4") => Some(TileForm::Scalar),
+            Ok("v4") => Some(TileForm::Vector {
+                per: 4,
+                side: quant::VEC_SIDE,
+            }),
+            Ok("v8") => Some(WIDE),
+            Ok("n8") => Some(NARROW),
+            _ => None,
+        });
+        if let Some(form) = *named {
+            return form;
+        }
     }
-    #[cfg(target_arch = "wasm32")]
-    DEFAULT
+    if software { NARROW } else { WIDE }
 }
+
+/// The form [`force_tile_form`] set: 0 for none, 1 for the scalar form, else a vector form's
+/// `per << 8 | side`.
+static FORCED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Makes every tiled product of this process take `form` (`None`: the adapter's own), before
+/// `REXVQA_TILE_PER`: how the wasm tests run the GPU's form on a software adapter in Chromium,
+/// where no environment variable reaches the engine.
+#[doc(hidden)]
+pub fn force_tile_form(form: Option<TileForm>) {
+    let v = match form {
+        None => 0,
+        Some(TileForm::Scalar) => 1,
+        Some(TileForm::Vector { per, side }) => per << 8 | side,
+    };
+    FORCED.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The GPU's form of the tiled kernel (`v8`).
+pub const WIDE: TileForm = TileForm::Vector {
+    per: 8,
+    side: quant::VEC_SIDE,
+};
+
+/// A software adapter's form of the tiled kernel (`n8`).
+pub const NARROW: TileForm = TileForm::Vector {
+    per: 8,
+    side: quant::SOFTWARE_SIDE,
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_vector_tile_form_stages_its_slices_whole_within_16_kib() {
+        for form in [
+            WIDE,
+            NARROW,
+            TileForm::Vector {
+                per: 4,
+                side: quant::VEC_SIDE,
+            },
+        ] {
+            let TileForm::Vector { per, side } = form else {
+                unreachable!()
+            };
+            let (tile, tk) = ((side * per) as usize, quant::vec_tile_k(per));
+            // Every invocation stages the same number of 4 × 4 blocks, and they cover both
+            // slices of a step (x and the weights) exactly.
+            let blocks = 2 * (tile / 4) * (tk / 4);
+            assert_eq!(
+                blocks,
+                quant::vec_stages(per, side) * (side * side) as usize,
+                "{form:?}"
+            );
+            assert!(2 * tile * tk * 4 <= 16 * 1024, "{form:?}");
+        }
+    }
 
     #[test]
     fn narrow_products_split_and_wide_ones_do_not() {

@@ -12,9 +12,9 @@ use super::choice::{
 use super::ops::{QuantOps, ggml};
 use super::pack::row_words;
 use crate::kernels::quant::{
-    GEMV_ROWS, GEMV_TEAM, GEMV_THREADS, TILE, TILE_K, TILE_PER, VEC_SIDE, qgather_kernel,
-    qgemv_kernel, qmatmul_kernel, qmatmul_tiled_kernel, qmatmul_tiled_vec_kernel, split_sum_kernel,
-    ty, vec_tile_k,
+    GEMV_ROWS, GEMV_TEAM, GEMV_THREADS, TILE, TILE_K, TILE_PER, qgather_kernel, qgemv_kernel,
+    qmatmul_kernel, qmatmul_tiled_kernel, qmatmul_tiled_vec_kernel, split_sum_kernel, ty,
+    vec_tile_k,
 };
 
 /// Launches a kernel specialised for the weight type (the type is a compile-time parameter).
@@ -325,15 +325,14 @@ fn launch_qmatmul(
                 "the tiled kernel has no GELU form (QMatrix checks)"
             );
             // Scalar: TILE-wide tiles, TILE / TILE_PER invocations a side (the kernel's own
-            // constants); vector: VEC_SIDE a side, each `per` outputs wide.
-            let (tile, side, vector, step) = match tile_form() {
+            // constants); vector: `side` a side (the GPU's or a software adapter's), each
+            // `per` outputs wide.
+            let software = crate::kernels::software(client.properties());
+            let (tile, side, vector, step) = match tile_form(software) {
                 TileForm::Scalar => (TILE, TILE as u32 / TILE_PER, None, TILE_K),
-                TileForm::Vector(per) => (
-                    (VEC_SIDE * per) as usize,
-                    VEC_SIDE,
-                    Some(per),
-                    vec_tile_k(per),
-                ),
+                TileForm::Vector { per, side } => {
+                    ((side * per) as usize, side, Some(per), vec_tile_k(per))
+                }
             };
             let chunk = match kernel {
                 Kernel::TiledSplit => {
@@ -372,7 +371,8 @@ fn launch_qmatmul(
                 ),
                 Some(per) => qmatmul_tiled_vec_kernel::launch(
                     &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1,
-                    wpr, wpr2, dest_ld, dest_col0, chunk32, ty, ty2, stacked, native, per, h_elem,
+                    wpr, wpr2, dest_ld, dest_col0, chunk32, ty, ty2, stacked, native, per, side,
+                    h_elem,
                 ),
             }
             if splits > 1 {
