@@ -328,8 +328,7 @@ fn tile_rows(software: bool) -> usize {
 /// [`quant::TILE_PER`] blocks of outputs an invocation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TileForm {
-    /// Scalar reads (chosen natively only: the kit's comparison with the vector form).
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    /// Scalar reads (named natively or forced only: the kit's comparison with the vector form).
     Scalar,
     /// Vector reads: `per` × `per` blocks an invocation (8 or 4), `side` × `side` invocations
     /// a workgroup ([`quant::VEC_SIDE`] or [`quant::SOFTWARE_SIDE`]).
@@ -353,7 +352,9 @@ pub enum TileForm {
 /// 134.0 ms with 4 × 4 against 113.2 ms, prefill 1000 2,358 against 3,010 tok/s, the image
 /// encode 334.5 against 331.7 ms; unsplit, 8 × 8 took 160.9 ms a question. On lavapipe it took
 /// the tiny pair's image products from 549 ms (4 × 4) to 313 ms (2026-11-27). The scalar form's
-/// 8 × 8 blocks were dropped after an H200 ran them at 0.65–0.82× its 4 × 4.
+/// 8 × 8 blocks were dropped after an H200 ran them at 0.65–0.82× its 4 × 4. On SwiftShader
+/// (2026-11-28, tiny pair) `n8` took a 64-token prefill's products from 313 to 103 ms of device
+/// time in Chromium (140 to 72 natively; `bench/README.md`).
 pub fn tile_form(software: bool) -> TileForm {
     match FORCED.load(std::sync::atomic::Ordering::Relaxed) {
         0 => {}
