@@ -241,46 +241,12 @@ pub fn gelu_tanh(x: f32) -> f32 {
     x * 0.5f32 * (inner.tanh() + 1.0f32)
 }
 
-/// Weight `j` of row `r` of a product's matrix: the `n1` rows of `w` (type `ty`, `rw` words a
-/// row), then, when `stacked`, the rows of `w2` (type `ty2`, `rw2` words a row). Two buffers of
-/// two block types read as one matrix: a layer's Q4_K q and k rows and its Q6_K v rows in one
-/// dispatch.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn weight_at<H: CubePrimitive>(
-    w: &Tensor<u32>,
-    wh: &Tensor<H>,
-    w2: &Tensor<u32>,
-    wh2: &Tensor<H>,
-    r: usize,
-    j: usize,
-    n1: usize,
-    rw: usize,
-    rw2: usize,
-    #[comptime] ty: u32,
-    #[comptime] ty2: u32,
-    #[comptime] stacked: bool,
-    #[comptime] native: bool,
-) -> f32 {
-    let mut v = 0.0f32;
-    if comptime!(stacked) {
-        if r < n1 {
-            v = dequant_one(w, wh, r * rw, j, ty, native);
-        } else {
-            v = dequant_one(w2, wh2, (r - n1) * rw2, j, ty2, native);
-        }
-    } else {
-        v = dequant_one(w, wh, r * rw, j, ty, native);
-    }
-    v
-}
-
 /// `out[m, col0 + r] = Σ_j x[m, j] · W[r, j]` for packed rows `W` of `k` weights; `out`'s rows
 /// are `ld` apart (`ld = n`, `col0 = 0` for a matrix of its own; a chunk of a split matrix
 /// writes its columns of the whole output, see `QuantOps::qmatmul_into`).
 ///
-/// Every product kernel reads its matrix through [`weight_at`]: `w`'s `n1` rows then, with
-/// `stacked`, `w2`'s (otherwise `w2` is `w` again, never read). With `gelu` the matrix is a
+/// Every product kernel reads its matrix as one: `w`'s `n1` rows then, with `stacked`, `w2`'s
+/// (otherwise `w2` is `w` again, never read; see [`stage_weight_run`]). With `gelu` the matrix is a
 /// joined gate and up of `2n` rows and output column `r` is `gelu_tanh(gate r) · up r`: the
 /// GELU·up of the gated MLP applied to the two sums where they are made, with no dispatch of its
 /// own and no write and read of the `2n` products.
@@ -320,29 +286,51 @@ pub fn qmatmul_kernel<H: CubePrimitive>(
     let m = idx / n;
     let r = idx % n;
     let xb = m * k;
+    // The matrix's rows: `n`, or the gate's and the up's `2n` with `gelu`.
+    let rows = comptime!(if gelu { 2usize } else { 1usize }) * n;
     let mut acc = 0.0f32;
     let mut up = 0.0f32;
-    for j in 0..k {
-        let xv = x[xb + j];
-        acc += xv * weight_at(w, wh, w2, wh2, r, j, n1, rw, rw2, ty, ty2, stacked, native);
+    // Runs of 4 weights ([`stage_run`]: a block's scale widened once a run, not once a
+    // weight), each added in turn, so the sums are the weight-by-weight loop's.
+    let mut wv = Array::<f32>::new(4usize);
+    let mut uv = Array::<f32>::new(4usize);
+    let mut j0 = 0usize;
+    while j0 < k {
+        stage_weight_run::<H, Array<f32>>(
+            w, wh, w2, wh2, r, j0, k, rows, n1, rw, rw2, &mut wv, 0, ty, ty2, stacked, native,
+        );
         if comptime!(gelu) {
-            up += xv
-                * weight_at(
-                    w,
-                    wh,
-                    w2,
-                    wh2,
-                    n + r,
-                    j,
-                    n1,
-                    rw,
-                    rw2,
-                    ty,
-                    ty2,
-                    stacked,
-                    native,
-                );
+            stage_weight_run::<H, Array<f32>>(
+                w,
+                wh,
+                w2,
+                wh2,
+                n + r,
+                j0,
+                k,
+                rows,
+                n1,
+                rw,
+                rw2,
+                &mut uv,
+                0,
+                ty,
+                ty2,
+                stacked,
+                native,
+            );
         }
+        #[unroll]
+        for t in 0..4usize {
+            if j0 + t < k {
+                let xv = x[xb + j0 + t];
+                acc += xv * wv[t];
+                if comptime!(gelu) {
+                    up += xv * uv[t];
+                }
+            }
+        }
+        j0 += 4;
     }
     if comptime!(gelu) {
         acc = gelu_tanh(acc) * up;
@@ -730,7 +718,7 @@ fn gemv_row<H: CubePrimitive>(
     }
 }
 
-/// [`gemv_row`] for row `r` of a product's matrix, stacked or not (see [`weight_at`]); the
+/// [`gemv_row`] for row `r` of a product's matrix, stacked or not (see [`stage_weight_run`]); the
 /// branch is uniform across the team, which has one row.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -998,9 +986,11 @@ const STRIDE: usize = TILE_K + 1;
 
 /// Weights `j0 .. j0 + 4` of the row at word `row` (type `ty`, `k` weights) into
 /// `ws[at ..]` (workgroup memory, or an invocation's registers), 0 past the row's end. A run of
-/// a [`gemv_chunked`] type lies in one sub-block (`j0` is a multiple of 4 and the row a whole
-/// number of blocks), so its four quants share one word and one scale: one load of each where
-/// [`dequant_one`] makes them per weight. The values are [`dequant_one`]'s, bit for bit.
+/// a block type lies in one block or sub-block (`j0` is a multiple of 4, and the row a whole
+/// number of blocks of 32 or 256 weights, which every step of 16 or 32 divides, so `j0 < k`),
+/// so its four quants share one or two words and one scale: one load of each and one widening
+/// of the scale where [`dequant_one`] makes them per weight (a Q8_0 prefill's products on
+/// SwiftShader: see `bench/README.md`). The values are [`dequant_one`]'s, bit for bit.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn stage_run<H: CubePrimitive, L: List<f32>>(
@@ -1051,6 +1041,74 @@ fn stage_run<H: CubePrimitive, L: List<f32>>(
             let hi = (qh >> (8 * t)) & 3u32;
             ws[at + t as usize] = d * sc * (f32::cast_from(lo | (hi << 4u32)) - 32.0f32);
         }
+    } else if comptime!(ty == ty::Q8_0) {
+        // {f16 d; i8 qs[32]} padded to 9 words: the run's quants are bytes 2 + i .. 6 + i, the
+        // high half of word i / 4 and the low half of the next.
+        let base = row + (j0 / 32) * 9;
+        let i = j0 % 32;
+        let d = half_at(w, wh, base, 0, native);
+        let qs = (w[base + i / 4] >> 16u32) | (w[base + i / 4 + 1] << 16u32);
+        #[unroll]
+        for t in 0..4u32 {
+            ws[at + t as usize] = signed_byte((qs >> (8 * t)) & 0xFFu32) * d;
+        }
+    } else if comptime!(ty == ty::Q4_0) {
+        // {f16 d; u8 qs[16]} padded to 5 words: weights i and i + 16 share byte 2 + i.
+        let base = row + (j0 / 32) * 5;
+        let i = j0 % 32;
+        let l = i % 16;
+        let d = half_at(w, wh, base, 0, native);
+        let mut qs = (w[base + l / 4] >> 16u32) | (w[base + l / 4 + 1] << 16u32);
+        if i >= 16 {
+            qs >>= 4u32;
+        }
+        #[unroll]
+        for t in 0..4u32 {
+            ws[at + t as usize] = (f32::cast_from((qs >> (8 * t)) & 0xFu32) - 8.0f32) * d;
+        }
+    } else if comptime!(ty == ty::Q5_0) {
+        // {f16 d; u8 qh[4]; u8 qs[16]} padded to 6 words: qh is bytes 2 .. 6, qs from byte 6.
+        let base = row + (j0 / 32) * 6;
+        let i = j0 % 32;
+        let l = i % 16;
+        let d = half_at(w, wh, base, 0, native);
+        let qh = (w[base] >> 16u32) | (w[base + 1] << 16u32);
+        let qs = (w[base + 1 + l / 4] >> 16u32) | (w[base + 2 + l / 4] << 16u32);
+        #[unroll]
+        for t in 0..4u32 {
+            let mut q = 0u32;
+            if i < 16 {
+                q = ((qs >> (8 * t)) & 0xFu32) | (((qh >> (i as u32 + t)) << 4u32) & 0x10u32);
+            } else {
+                q = ((qs >> (8 * t + 4)) & 0xFu32) | ((qh >> (i as u32 + t - 4u32)) & 0x10u32);
+            }
+            ws[at + t as usize] = (f32::cast_from(q) - 16.0f32) * d;
+        }
+    } else if comptime!(ty == ty::Q5_K) {
+        // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]} = 44 words.
+        let base = row + (j0 / 256) * 44;
+        let i = j0 % 256;
+        let n = i / 64;
+        let within = i % 64;
+        let l = within % 32;
+        let d = half_at(w, wh, base, 0, native);
+        let dmin = half_at(w, wh, base, 1, native);
+        let (sc, mn) = scale_min_k4(w, base, 4, 2 * n + within / 32);
+        let mut ql = w[base + (48 + n * 32 + l) / 4];
+        let mut bit = 1u32 << ((2 * n) as u32);
+        if within >= 32 {
+            ql >>= 4u32;
+            bit = 2u32 << ((2 * n) as u32);
+        }
+        let qh = w[base + (16 + l) / 4];
+        #[unroll]
+        for t in 0..4u32 {
+            let mut q = (ql >> (8 * t)) & 0xFu32;
+            if ((qh >> (8 * t)) & bit) != 0u32 {
+                q += 16u32;
+            }
+            ws[at + t as usize] = d * sc * f32::cast_from(q) - dmin * mn;
+        }
     } else {
         #[unroll]
         for t in 0..4usize {
@@ -1063,8 +1121,10 @@ fn stage_run<H: CubePrimitive, L: List<f32>>(
     }
 }
 
-/// Weights `j0 .. j0 + 4` of row `r` of a product's matrix into `ws[at ..]` ([`stage_run`] of
-/// `w`'s `n1` rows, then with `stacked` of `w2`'s, as [`weight_at`] reads them), 0 past row `n`.
+/// Weights `j0 .. j0 + 4` of row `r` of a product's matrix into `ws[at ..]`, 0 past row `n`:
+/// [`stage_run`] of the `n1` rows of `w` (type `ty`, `rw` words a row), then, when `stacked`,
+/// of the rows of `w2` (type `ty2`, `rw2` words a row). Two buffers of two block types read as
+/// one matrix: a layer's Q4_K q and k rows and its Q6_K v rows in one dispatch.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn stage_weight_run<H: CubePrimitive, L: List<f32>>(
