@@ -252,8 +252,8 @@ pub fn gelu_tanh(x: f32) -> f32 {
 /// own and no write and read of the `2n` products.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn qmatmul_kernel<H: CubePrimitive>(
-    x: &Tensor<f32>,
+pub fn qmatmul_kernel<H: CubePrimitive, V: Size>(
+    x: &Tensor<Vector<f32, V>>,
     w: &Tensor<u32>,
     wh: &Tensor<H>,
     w2: &Tensor<u32>,
@@ -294,6 +294,7 @@ pub fn qmatmul_kernel<H: CubePrimitive>(
     // weight), each added in turn, so the sums are the weight-by-weight loop's.
     let mut wv = Array::<f32>::new(4usize);
     let mut uv = Array::<f32>::new(4usize);
+    let mut xv = Array::<f32>::new(4usize);
     let mut j0 = 0usize;
     while j0 < k {
         stage_weight_run::<H, Array<f32>>(
@@ -320,13 +321,13 @@ pub fn qmatmul_kernel<H: CubePrimitive>(
                 native,
             );
         }
+        input_run::<V, Array<f32>>(x, xb, j0, k, &mut xv, 0);
         #[unroll]
         for t in 0..4usize {
             if j0 + t < k {
-                let xv = x[xb + j0 + t];
-                acc += xv * wv[t];
+                acc += xv[t] * wv[t];
                 if comptime!(gelu) {
-                    up += xv * uv[t];
+                    up += xv[t] * uv[t];
                 }
             }
         }
@@ -1164,10 +1165,51 @@ fn stage_weight_run<H: CubePrimitive, L: List<f32>>(
     }
 }
 
-/// Inputs `j0 .. j0 + 4` of row `r` of `x` (`m` rows of `k`) into `xs[at ..]`, 0 past either end.
+/// Inputs `j0 .. j0 + 4` of the row of `x` at `xb` (`k` long; `j0` a multiple of 4) into
+/// `xs[at ..]`, 0 past `k`: one 16-byte read when `x` is bound as fours (`V` = 4, which the
+/// launch picks when 4 divides `k`, so a run never crosses the row's end), four reads otherwise.
+/// A browser clamps every storage read to its buffer (WebGPU's robustness; cubecl-wgpu turns
+/// naga's bounds checks off natively), and on a software adapter the clamps cost about what the
+/// products do: a token's products in Chromium on SwiftShader took 260 and 279 ms, 140 ms with
+/// Dawn's `disable_robustness`; the 262k-row output's product, median of 3, 265 ms with four
+/// reads a run and 153 with one (`bench/README.md`).
 #[cube]
-fn stage_input_run<L: List<f32>>(
-    x: &Tensor<f32>,
+fn input_run<V: Size, L: List<f32>>(
+    x: &Tensor<Vector<f32, V>>,
+    xb: usize,
+    j0: usize,
+    k: usize,
+    xs: &mut L,
+    at: usize,
+) {
+    let size = V::value().comptime();
+    if comptime!(size == 4) {
+        // 4 divides `k` and `j0`: the run lies wholly inside the row or wholly past it.
+        let mut v = Vector::<f32, V>::zeroed();
+        if j0 < k {
+            v = x[(xb + j0) / 4];
+        }
+        #[unroll]
+        for t in 0..4usize {
+            xs[at + t] = v.extract(t);
+        }
+    } else {
+        #[unroll]
+        for t in 0..4usize {
+            let mut xv = 0.0f32;
+            if j0 + t < k {
+                xv = x[xb + j0 + t].extract(0usize);
+            }
+            xs[at + t] = xv;
+        }
+    }
+}
+
+/// Inputs `j0 .. j0 + 4` of row `r` of `x` (`m` rows of `k`) into `xs[at ..]`, 0 past either
+/// end ([`input_run`]).
+#[cube]
+fn stage_input_run<V: Size, L: List<f32>>(
+    x: &Tensor<Vector<f32, V>>,
     r: usize,
     j0: usize,
     m: usize,
@@ -1175,13 +1217,13 @@ fn stage_input_run<L: List<f32>>(
     xs: &mut L,
     at: usize,
 ) {
-    #[unroll]
-    for t in 0..4usize {
-        let mut xv = 0.0f32;
-        if r < m && j0 + t < k {
-            xv = x[r * k + j0 + t];
+    if r < m {
+        input_run::<V, L>(x, r * k, j0, k, xs, at);
+    } else {
+        #[unroll]
+        for t in 0..4usize {
+            xs[at + t] = 0.0f32;
         }
-        xs[at + t] = xv;
     }
 }
 
@@ -1193,8 +1235,8 @@ fn stage_input_run<L: List<f32>>(
 /// form: prefill keeps the GELU kernel).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
-    x: &Tensor<f32>,
+pub fn qmatmul_tiled_kernel<H: CubePrimitive, V: Size>(
+    x: &Tensor<Vector<f32, V>>,
     w: &Tensor<u32>,
     wh: &Tensor<H>,
     w2: &Tensor<u32>,
@@ -1249,7 +1291,7 @@ pub fn qmatmul_tiled_kernel<H: CubePrimitive>(
             let c0 = (e % (TILE_K / 4)) * 4;
             let j0 = k0 + c0;
             let at = rr * STRIDE + c0;
-            stage_input_run::<Shared<[f32]>>(x, bm + rr, j0, m, k, &mut xs, at);
+            stage_input_run::<V, Shared<[f32]>>(x, bm + rr, j0, m, k, &mut xs, at);
             stage_weight_run::<H, Shared<[f32]>>(
                 w,
                 wh,
@@ -1343,8 +1385,8 @@ pub const fn vec_stages(per: u32, side: u32) -> usize {
 /// ([`vec_stages`]). Same sums in the same order per output as the scalar form.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
-    x: &Tensor<f32>,
+pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive, V: Size>(
+    x: &Tensor<Vector<f32, V>>,
     w: &Tensor<u32>,
     wh: &Tensor<H>,
     w2: &Tensor<u32>,
@@ -1433,7 +1475,7 @@ pub fn qmatmul_tiled_vec_kernel<H: CubePrimitive>(
                         native,
                     );
                 } else {
-                    stage_input_run::<Array<f32>>(x, bm + rr, j0, m, k, &mut vals, i * 4);
+                    stage_input_run::<V, Array<f32>>(x, bm + rr, j0, m, k, &mut vals, i * 4);
                 }
             }
             #[unroll]

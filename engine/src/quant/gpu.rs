@@ -364,15 +364,17 @@ fn launch_qmatmul(
             let (xa, wa, wha, w2a, wh2a, _) = args();
             let oa = dest.clone().into_tensor_arg();
             let chunk32 = chunk as u32;
+            let lanes = input_lanes(k);
             match vector {
                 None => qmatmul_tiled_kernel::launch(
-                    &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1,
-                    wpr, wpr2, dest_ld, dest_col0, chunk32, ty, ty2, stacked, native, h_elem,
+                    &client, cube_count, cube_dim, lanes, xa, wa, wha, w2a, wh2a, oa, m32, k32,
+                    n32, n1, wpr, wpr2, dest_ld, dest_col0, chunk32, ty, ty2, stacked, native,
+                    h_elem,
                 ),
                 Some(per) => qmatmul_tiled_vec_kernel::launch(
-                    &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1,
-                    wpr, wpr2, dest_ld, dest_col0, chunk32, ty, ty2, stacked, native, per, side,
-                    h_elem,
+                    &client, cube_count, cube_dim, lanes, xa, wa, wha, w2a, wh2a, oa, m32, k32,
+                    n32, n1, wpr, wpr2, dest_ld, dest_col0, chunk32, ty, ty2, stacked, native, per,
+                    side, h_elem,
                 ),
             }
             if splits > 1 {
@@ -398,13 +400,21 @@ fn launch_qmatmul(
             let cube_dim = cubecl::CubeDim::new(&client, count);
             let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
             let (xa, wa, wha, w2a, wh2a, oa) = args();
+            let lanes = input_lanes(k);
             qmatmul_kernel::launch(
-                &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1, wpr,
-                wpr2, ld, col0, ty, ty2, stacked, p.gelu, native, h_elem,
+                &client, cube_count, cube_dim, lanes, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32,
+                n1, wpr, wpr2, ld, col0, ty, ty2, stacked, p.gelu, native, h_elem,
             );
         }
     }
     out
+}
+
+/// Floats per read of `x` in the naive and tiled products (`input_run`): 4 where 4 divides a
+/// row of `k`, so that no run of 4 crosses a row's end (every matrix of the supported models),
+/// else 1.
+fn input_lanes(k: usize) -> usize {
+    if k.is_multiple_of(4) { 4 } else { 1 }
 }
 
 /// Invocations per weight row of the matrix–vector kernel: [`GEMV_TEAM`], or natively
