@@ -152,7 +152,7 @@ pub fn dequant_one<H: CubePrimitive>(
         let base = row + (j / 32) * 6;
         let i = j % 32;
         let d = half_at(w, wh, base, 0, native);
-        let qh = (w[base] >> 16u32) | (w[base + 1] << 16u32);
+        let qh = straddle(w[base], w[base + 1]);
         let b = byte_at(w, base, 6 + i % 16);
         let mut q = 0u32;
         if i < 16 {
@@ -1048,7 +1048,7 @@ fn stage_run<H: CubePrimitive, L: List<f32>>(
         let base = row + (j0 / 32) * 9;
         let i = j0 % 32;
         let d = half_at(w, wh, base, 0, native);
-        let qs = (w[base + i / 4] >> 16u32) | (w[base + i / 4 + 1] << 16u32);
+        let qs = straddle(w[base + i / 4], w[base + i / 4 + 1]);
         #[unroll]
         for t in 0..4u32 {
             ws[at + t as usize] = signed_byte((qs >> (8 * t)) & 0xFFu32) * d;
@@ -1059,7 +1059,7 @@ fn stage_run<H: CubePrimitive, L: List<f32>>(
         let i = j0 % 32;
         let l = i % 16;
         let d = half_at(w, wh, base, 0, native);
-        let mut qs = (w[base + l / 4] >> 16u32) | (w[base + l / 4 + 1] << 16u32);
+        let mut qs = straddle(w[base + l / 4], w[base + l / 4 + 1]);
         if i >= 16 {
             qs >>= 4u32;
         }
@@ -1073,8 +1073,8 @@ fn stage_run<H: CubePrimitive, L: List<f32>>(
         let i = j0 % 32;
         let l = i % 16;
         let d = half_at(w, wh, base, 0, native);
-        let qh = (w[base] >> 16u32) | (w[base + 1] << 16u32);
-        let qs = (w[base + 1 + l / 4] >> 16u32) | (w[base + 2 + l / 4] << 16u32);
+        let qh = straddle(w[base], w[base + 1]);
+        let qs = straddle(w[base + 1 + l / 4], w[base + 2 + l / 4]);
         #[unroll]
         for t in 0..4u32 {
             let mut q = 0u32;
@@ -1120,6 +1120,13 @@ fn stage_run<H: CubePrimitive, L: List<f32>>(
             ws[at + t] = v;
         }
     }
+}
+
+/// The 4 bytes that start at the high half of word `lo` and end in the low half of `hi`: a run
+/// of quants two bytes into a block, after its f16 scale.
+#[cube]
+fn straddle(lo: u32, hi: u32) -> u32 {
+    (lo >> 16u32) | (hi << 16u32)
 }
 
 /// Weights `j0 .. j0 + 4` of row `r` of a product's matrix into `ws[at ..]`, 0 past row `n`:

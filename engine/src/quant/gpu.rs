@@ -272,6 +272,9 @@ fn launch_qmatmul(
         ld as u32,
         p.col0 as u32,
     );
+    // The vector width of `x` in the naive and tiled products (the matrix–vector kernels read it
+    // by floats).
+    let lanes = input_lanes(k);
     match kernel {
         Kernel::Gemv | Kernel::GemvSubgroup => {
             let subgroups = kernel == Kernel::GemvSubgroup;
@@ -364,7 +367,6 @@ fn launch_qmatmul(
             let (xa, wa, wha, w2a, wh2a, _) = args();
             let oa = dest.clone().into_tensor_arg();
             let chunk32 = chunk as u32;
-            let lanes = input_lanes(k);
             match vector {
                 None => qmatmul_tiled_kernel::launch(
                     &client, cube_count, cube_dim, lanes, xa, wa, wha, w2a, wh2a, oa, m32, k32,
@@ -400,7 +402,6 @@ fn launch_qmatmul(
             let cube_dim = cubecl::CubeDim::new(&client, count);
             let cube_count = cubecl::calculate_cube_count_elemwise(&client, count, cube_dim);
             let (xa, wa, wha, w2a, wh2a, oa) = args();
-            let lanes = input_lanes(k);
             qmatmul_kernel::launch(
                 &client, cube_count, cube_dim, lanes, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32,
                 n1, wpr, wpr2, ld, col0, ty, ty2, stacked, p.gelu, native, h_elem,
