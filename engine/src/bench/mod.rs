@@ -49,7 +49,7 @@ pub struct BenchReport {
     /// own share: `engine/examples/issue_time.rs`).
     #[serde(default)]
     pub decode_issue_ms_per_token: f64,
-    /// Milliseconds the decode loop then waited for the device to finish, in its one read.
+    /// Milliseconds the decode loop then waited for the device to finish: its one read, then a sync.
     #[serde(default)]
     pub decode_wait_ms: f64,
     /// Host microseconds a dispatch costs when issuing a decoded token (the issue time over
@@ -721,7 +721,13 @@ pub async fn run(
             .greedy(model.decoder.forward_token(pending, &mut cache));
     }
     let issued = clock.now_ms();
+    // The id is read as generation reads it, then the device is waited on as well: natively on
+    // SwiftShader the read of the last id came back before the queued tokens had run (tiny
+    // pair, 8 tokens: read at 60 ms, device idle at 1,827 ms; Gemma 3 270M, 6 tokens: 966 ms
+    // and 17,261 ms; 2026-11-29, cause not found), which made short native decodes look up to
+    // 10x faster than long ones and than the browser's, whose read does wait.
     drop(pending.into_data_async().await);
+    sync(model).await?;
     let done = clock.now_ms();
     r.decode_tokens_per_s = opts.decode_tokens as f64 / ((done - t) / 1000.0);
     r.decode_issue_ms_per_token = (issued - t) / opts.decode_tokens.max(1) as f64;
