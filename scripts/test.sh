@@ -41,12 +41,15 @@ stage "native tests" cargo test --workspace --no-fail-fast
 # the fused attention's scalar form, and the row kernels' GPU workgroups (software adapters give
 # every row 4 lanes). The tiled kernel's GPU workgroups (software adapters take 8 x 8 invocations)
 # run in the native tests (qkernels' wgpu_tiled_kernel_in_its_other_form) and the wasm tests.
+# `--workspace`, as the native tests ran: `-p rexvqa-engine` resolves the features of the
+# engine's dependencies apart from the workspace's and built the engine and its whole stack a
+# second time (the qkernels binary of run 39 took another hash; cold, most of this stage).
 stage "other kernel forms (REXVQA_TILE_PER=v4, REXVQA_TILE_SPLIT=3, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1, REXVQA_ROW_LANES=gpu; REXVQA_TILE_PER=s4, REXVQA_ATTENTION=scalar)" \
   bash -c 'env REXVQA_TILE_PER=v4 REXVQA_TILE_SPLIT=3 REXVQA_GEMV_TEAM=8 REXVQA_GEMV_UNROLL=2 REXVQA_DECODE_SPLIT=1 \
-    REXVQA_ROW_LANES=gpu cargo test -p rexvqa-engine --test qkernels -- \
+    REXVQA_ROW_LANES=gpu cargo test --workspace --test qkernels -- \
     wgpu_kernels_match_the_reference wgpu_gelu_products wgpu_stacked_products wgpu_decode_attention \
     wgpu_fused_row_kernels wgpu_qk_norm_rope &&
-    env REXVQA_TILE_PER=s4 REXVQA_ATTENTION=scalar cargo test -p rexvqa-engine --test qkernels -- \
+    env REXVQA_TILE_PER=s4 REXVQA_ATTENTION=scalar cargo test --workspace --test qkernels -- \
     wgpu_kernels_match_the_reference wgpu_stacked_products wgpu_fused_attention'
 stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web
 e2e_fixtures() {

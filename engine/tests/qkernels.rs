@@ -211,10 +211,10 @@ fn wgpu_fused_row_kernels_and_their_composed_forms_match_an_f64_evaluation() {
 }
 
 /// The decoder's q/k norm + RoPE kernel that also writes the KV cache: q and the written keys
-/// against an f64 evaluation, values copied exactly, other positions and a sharing clone
-/// untouched; at the start of a buffer and after earlier positions.
+/// against an f64 evaluation, values copied exactly, other positions untouched; at the start of
+/// a buffer and after earlier positions.
 #[test]
-fn wgpu_qk_norm_rope_writes_the_cache_and_leaves_shared_buffers_alone() {
+fn wgpu_qk_norm_rope_writes_the_cache_in_place() {
     let dev = gpu();
     for (i, shape) in rows::QK_STORE_CASES.into_iter().enumerate() {
         for pos in [0, 7] {

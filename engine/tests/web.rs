@@ -241,7 +241,7 @@ mod model_in_browser {
     /// The decoder's q/k norm + RoPE kernel with its KV-cache write, on WebGPU (as the native
     /// test).
     #[wasm_bindgen_test]
-    async fn qk_norm_rope_writes_the_cache_and_leaves_shared_buffers_alone_on_webgpu() {
+    async fn qk_norm_rope_writes_the_cache_in_place_on_webgpu() {
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
         for (i, shape) in rows::QK_STORE_CASES.into_iter().enumerate() {
             for pos in [0, 7] {

@@ -1122,8 +1122,9 @@ fn stage_run<H: CubePrimitive, L: List<f32>>(
     }
 }
 
-/// The 4 bytes that start at the high half of word `lo` and end in the low half of `hi`: a run
-/// of quants two bytes into a block, after its f16 scale.
+/// The 4 bytes that start at the high half of word `lo` and end in the low half of `hi`: bytes
+/// that begin two bytes into a word, as a block's quants do after its f16 scale (Q8_0, Q4_0) or
+/// after its scale and `qh` (Q5_0), and as Q5_0's `qh` does.
 #[cube]
 fn straddle(lo: u32, hi: u32) -> u32 {
     (lo >> 16u32) | (hi << 16u32)

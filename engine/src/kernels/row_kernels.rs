@@ -509,6 +509,29 @@ pub(super) fn gelu_halves_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, n: u32,
     }
 }
 
+/// `out[h, p, j] = src[h, p, j]` for the first `len` positions of `out [heads, cap, d]`
+/// (contiguous); `src [heads, ≥ len, d]` at any strides. A KV buffer's valid positions moved
+/// into a larger or unshared one: one dispatch over `n = heads · len · d` values.
+#[cube(launch)]
+pub(super) fn copy_positions_kernel(
+    src: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    n: u32,
+    len: u32,
+    d: u32,
+    cap: u32,
+) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let (len, d) = (len as usize, d as usize);
+        let per_head = len * d;
+        let (h, r) = (i / per_head, i % per_head);
+        let (p, j) = (r / d, r % d);
+        out[h * cap as usize * d + r] =
+            src[h * src.stride(0) + p * src.stride(1) + j * src.stride(2)];
+    }
+}
+
 /// Whether candidate `(b, bi)` beats `(a, ai)` for an argmax that keeps the first index on
 /// ties; `none` marks an empty slot (an index past the row), which any real candidate beats.
 #[cube]

@@ -21,8 +21,9 @@ use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::em
 
 use super::row_kernels::{
     ELEMENT_THREADS, ROW_THREADS, add_rms_norm_then_norm_kernel, argmax_final_kernel,
-    argmax_partial_kernel, gelu_halves_kernel, gelu_kernel, layer_norm_kernel, per_lane,
-    qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel, row_threads,
+    argmax_partial_kernel, copy_positions_kernel, gelu_halves_kernel, gelu_kernel,
+    layer_norm_kernel, per_lane, qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel,
+    row_threads,
 };
 use crate::kernels::forms::{self, Form};
 
@@ -61,8 +62,10 @@ pub trait RowOps: burn::backend::Backend {
     /// `qkv [t, (heads + 2·kv_heads)·d]` (`dims`: heads, kv_heads, d), `norms [2d]` (q's then
     /// k's), `table [t, d]` (cos then sin halves), cache buffers `[kv_heads, cap, d]` →
     /// `(RoPE(RMSNorm(q)) [t, heads, d], k_buf, v_buf)` with RoPE(RMSNorm(k)) and v written at
-    /// positions `pos..pos + t` of the buffers (in place when they are not shared, else into
-    /// copies).
+    /// positions `pos..pos + t` of the buffers, in place: the caller hands over buffers that
+    /// nothing else reads, as `model::kv_cache` does (it copies a clone's shared ones first and
+    /// knows they are shared from its own count, not from the runtime's handle count, which
+    /// moves while the device thread binds a fresh allocation).
     #[allow(clippy::too_many_arguments)]
     fn fused_qk_norm_rope_store(
         qkv: FloatTensor<Self>,
@@ -96,8 +99,9 @@ pub trait RowOps: burn::backend::Backend {
     /// `x [rows, n]` → each row's column of its largest value (the first on ties), `[rows]` u32.
     fn fused_argmax(x: FloatTensor<Self>) -> IntTensor<Self>;
 
-    /// `x` itself when nothing else holds its buffer, else a copy of its own.
-    fn unshared(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// The first `len` positions of `x [heads, ≥ len, d]` in a new `[heads, cap, d]` buffer,
+    /// the positions past `len` unwritten.
+    fn copy_positions(x: FloatTensor<Self>, len: usize, cap: usize) -> FloatTensor<Self>;
 }
 
 const CPU_COMPOSES: &str = "the CPU composes burn ops (kernels::runs checks the device)";
@@ -171,7 +175,7 @@ impl RowOps for Flex {
         unreachable!("{CPU_COMPOSES}")
     }
 
-    fn unshared(_x: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn copy_positions(_x: FloatTensor<Self>, _len: usize, _cap: usize) -> FloatTensor<Self> {
         unreachable!("{CPU_COMPOSES}")
     }
 }
@@ -184,19 +188,6 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
         like.meta.shape().clone(),
         DType::F32,
     )
-}
-
-/// `x` itself when a kernel may write it in place (the only reference to a contiguous buffer),
-/// else a contiguous copy: a clone of a KV cache (a study's shared prefix) never sees another's
-/// writes.
-fn writable(x: CubeTensor) -> CubeTensor {
-    if !x.is_contiguous() {
-        into_contiguous(x)
-    } else if x.can_mut() {
-        x
-    } else {
-        x.copy()
-    }
 }
 
 /// Rows of `x` (all but the last dimension) and the row length.
@@ -337,7 +328,7 @@ impl RowOps for CubeBackend {
             into_contiguous(norms),
             into_contiguous(table),
         );
-        let (k_buf, v_buf) = (writable(k_buf), writable(v_buf));
+        let (k_buf, v_buf) = (into_contiguous(k_buf), into_contiguous(v_buf));
         let t = qkv.meta.shape().dims::<2>()[0];
         let cap = k_buf.meta.shape().dims::<3>()[1];
         let q_out = empty_device_dtype(
@@ -438,8 +429,30 @@ impl RowOps for CubeBackend {
         out
     }
 
-    fn unshared(x: CubeTensor) -> CubeTensor {
-        writable(x)
+    fn copy_positions(x: CubeTensor, len: usize, cap: usize) -> CubeTensor {
+        let [heads, _, d] = x.meta.shape().dims::<3>();
+        let out = empty_device_dtype(
+            x.client.clone(),
+            x.device.clone(),
+            [heads, cap, d].into(),
+            DType::F32,
+        );
+        let n = heads * len * d;
+        crate::launches::note_bytes(2 * n * 4);
+        let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
+        let count = cubecl::calculate_cube_count_elemwise(&x.client, n, dim);
+        copy_positions_kernel::launch(
+            &x.client,
+            count,
+            dim,
+            x.clone().into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            n as u32,
+            len as u32,
+            d as u32,
+            cap as u32,
+        );
+        out
     }
 
     fn fused_argmax(x: CubeTensor) -> CubeTensor {
@@ -632,10 +645,15 @@ pub fn gelu_halves<const D: usize>(x: BurnTensor<D>) -> BurnTensor<D> {
     forms::perturb(Form::FusedGelu, out)
 }
 
-/// `x` itself when a kernel may write it in place (contiguous, and nothing else holds its
-/// buffer), else a contiguous copy of its own. GPU devices only, like the kernels.
-pub fn unshared(x: BurnTensor<3>) -> BurnTensor<3> {
-    BurnTensor::<3>::from_dispatch(<Dispatch as RowOps>::unshared(x.into_dispatch()))
+/// The first `len` positions of `x [heads, ≥ len, d]` in a new `[heads, cap, d]` buffer, the
+/// positions past `len` unwritten (never read: views stop at the valid length). GPU devices
+/// only, like the kernels.
+pub fn copy_positions(x: BurnTensor<3>, len: usize, cap: usize) -> BurnTensor<3> {
+    BurnTensor::<3>::from_dispatch(<Dispatch as RowOps>::copy_positions(
+        x.into_dispatch(),
+        len,
+        cap,
+    ))
 }
 
 /// Fused argmax of each row of `x [rows, n]`: `[rows]` u32 on the device, the first column

@@ -9,6 +9,7 @@
 //! dispatches per layer.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use burn::tensor::Tensor;
 
@@ -26,6 +27,11 @@ pub(super) struct LayerKv {
     k: Tensor<3>,
     v: Tensor<3>,
     len: usize,
+    /// One count per pair of buffers, shared by the clones that share them: more than one
+    /// holder means a write must copy first. Ours rather than the runtime's handle count
+    /// (`can_mut`), which also counts the device thread's own reference for as long as it takes
+    /// to bind a fresh allocation, so whether a copy was made (a dispatch) depended on timing.
+    holders: Arc<()>,
 }
 
 impl LayerKv {
@@ -50,63 +56,66 @@ impl LayerKv {
                 k: k.clone(),
                 v: v.clone(),
                 len: t,
+                holders: Arc::new(()),
             });
             return (k, v, 0);
         }
-        let (kb, vb, len) = Self::reserve(slot, [h, t, d], &k.device());
+        let (kb, vb, len, holders) = Self::reserve(slot, [h, t, d], &k.device());
         let kb = kb.slice_assign([0..h, len..len + t, 0..d], k);
         let vb = vb.slice_assign([0..h, len..len + t, 0..d], v);
-        Self::commit(slot, kb, vb, len, t)
+        Self::commit(slot, (kb, vb, holders), len, t)
     }
 
     /// [`LayerKv::append`] where `write` stores the new `t` positions itself: it receives the
     /// key and value buffers (`[kv_heads, capacity, head_dim]`, room for `t` more after the
     /// valid positions, which it is given) and returns them written, with whatever else it
     /// computed. The fused q/k norm + RoPE kernel writes the cache this way, in its own
-    /// dispatch. Buffers shared with a clone must be copied before being written
-    /// (`kernels::rows` does).
+    /// dispatch, in place: the buffers it receives are this slot's alone.
     pub(super) fn append_with<R>(
         slot: &mut Option<LayerKv>,
         [h, t, d]: [usize; 3],
         device: &burn::tensor::Device,
         write: impl FnOnce(Tensor<3>, Tensor<3>, usize) -> (Tensor<3>, Tensor<3>, R),
     ) -> (Tensor<3>, Tensor<3>, usize, R) {
-        let (kb, vb, len) = Self::reserve(slot, [h, t, d], device);
+        let (kb, vb, len, holders) = Self::reserve(slot, [h, t, d], device);
         let (kb, vb, r) = write(kb, vb, len);
-        let (k, v, q0) = Self::commit(slot, kb, vb, len, t);
+        let (k, v, q0) = Self::commit(slot, (kb, vb, holders), len, t);
         (k, v, q0, r)
     }
 
-    /// Takes `slot`'s buffers with room for `t` more positions, growing them into new ones when
-    /// they are full, and the number of valid positions.
+    /// Takes `slot`'s buffers with room for `t` more positions and no other holder, the number
+    /// of valid positions and the buffers' count of holders. Full buffers grow into new ones; a
+    /// clone's shared ones are copied into buffers of the same capacity.
     fn reserve(
         slot: &mut Option<LayerKv>,
         [h, t, d]: [usize; 3],
         device: &burn::tensor::Device,
-    ) -> (Tensor<3>, Tensor<3>, usize) {
+    ) -> (Tensor<3>, Tensor<3>, usize, Arc<()>) {
+        let gpu = crate::device::queues_work(device);
+        let grow = if gpu { GROW } else { 1 };
         match slot.take() {
-            Some(l) if l.len + t <= l.k.dims()[1] => (l.k, l.v, l.len),
+            Some(l) if l.len + t <= l.k.dims()[1] && Arc::strong_count(&l.holders) == 1 => {
+                (l.k, l.v, l.len, l.holders)
+            }
             prior => {
                 let len = prior.as_ref().map_or(0, |l| l.len);
-                let grow = if crate::device::queues_work(device) {
-                    GROW
-                } else {
-                    1
+                let cap = match &prior {
+                    Some(l) if len + t <= l.k.dims()[1] => l.k.dims()[1],
+                    _ => (len + t).div_ceil(grow) * grow,
                 };
-                let cap = (len + t).div_ceil(grow) * grow;
                 // Positions past `len` are never read (views stop there), so they are left
                 // unwritten rather than zeroed: one dispatch fewer per growth.
-                let regrow = |old: Option<Tensor<3>>| {
-                    let fresh = Tensor::<3>::empty([h, cap, d], device);
-                    match old {
-                        Some(o) if len > 0 => {
-                            fresh.slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d]))
-                        }
-                        _ => fresh,
-                    }
+                let moved = |old: Option<Tensor<3>>| match old {
+                    // One dispatch that allocates and copies: burn's `slice_assign` into a fresh
+                    // buffer asks the runtime's handle count whether to copy it first, which
+                    // now and then said yes (see `holders`).
+                    Some(o) if len > 0 && gpu => crate::kernels::rows::copy_positions(o, len, cap),
+                    Some(o) if len > 0 => Tensor::<3>::empty([h, cap, d], device)
+                        .slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d])),
+                    _ => Tensor::<3>::empty([h, cap, d], device),
                 };
                 let (pk, pv) = prior.map_or((None, None), |l| (Some(l.k), Some(l.v)));
-                (regrow(pk), regrow(pv), len)
+                (moved(pk), moved(pv), len, Arc::new(()))
             }
         }
     }
@@ -115,8 +124,7 @@ impl LayerKv {
     /// of them and `len`.
     fn commit(
         slot: &mut Option<LayerKv>,
-        kb: Tensor<3>,
-        vb: Tensor<3>,
+        (kb, vb, holders): (Tensor<3>, Tensor<3>, Arc<()>),
         len: usize,
         t: usize,
     ) -> (Tensor<3>, Tensor<3>, usize) {
@@ -130,6 +138,7 @@ impl LayerKv {
             k: kb,
             v: vb,
             len: end,
+            holders,
         });
         (views.0, views.1, len)
     }
@@ -172,12 +181,8 @@ impl KvCache {
             return;
         }
         for slot in &mut self.layers {
-            let (k, v, len) = LayerKv::reserve(slot, [h, t, d], device);
-            *slot = Some(LayerKv {
-                k: crate::kernels::rows::unshared(k),
-                v: crate::kernels::rows::unshared(v),
-                len,
-            });
+            let (k, v, len, holders) = LayerKv::reserve(slot, [h, t, d], device);
+            *slot = Some(LayerKv { k, v, len, holders });
         }
     }
 
@@ -209,7 +214,7 @@ mod tests {
 
     /// Appends across a growth, then two clones that each append their own token: every view
     /// holds exactly the rows written to it, on the GPU (spare positions, in-place writes,
-    /// copy on write for the shared buffers) and on the CPU (exact buffers).
+    /// the shared buffers copied before a write) and on the CPU (exact buffers).
     #[test]
     fn appends_grow_and_clones_do_not_see_each_others_tokens() {
         let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
@@ -230,6 +235,58 @@ mod tests {
             assert_eq!(q0, 300);
             assert_eq!(values(k1), values(Tensor::cat(vec![ab.clone(), c], 1)));
             assert_eq!(values(k2), values(Tensor::cat(vec![ab, d], 1)));
+        }
+    }
+
+    /// The fused q/k kernel writes the buffers `append_with` hands it in place, so a clone that
+    /// shares them (a study's cached prefix, with room left) must be handed copies: both sides
+    /// then append their own position and each reads back only its own, whichever wrote first.
+    /// The views are read after both writes, so a write into the other side's buffer shows.
+    #[test]
+    fn fused_writes_into_a_cloned_cache_stay_on_their_side() {
+        let dev = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        let (kv_heads, d) = (2, 8);
+        let rows = |n| Tensor::<3>::random([kv_heads, n, d], Distribution::Default, &dev);
+        // 201 positions in a buffer of 256: room for the next without growing.
+        let first = [rows(200), rows(1)];
+        let prefix = Tensor::cat(first.to_vec(), 1);
+        let mut ours = None;
+        for x in &first {
+            LayerKv::append(&mut ours, x.clone(), x.clone());
+        }
+        assert_eq!(ours.as_ref().map(|l| l.k.dims()[1]), Some(256));
+        let mut fork = ours.clone();
+        let norms = Tensor::<1>::ones([2 * d], &dev);
+        let table = crate::model::nn::rope_table(&[201], d, 1e4, 1.0, &dev);
+        let mut views = Vec::new();
+        for (slot, value) in [(&mut ours, 1.0), (&mut fork, 2.0)] {
+            // One query head, then keys, then values; the kernel stores the values as given.
+            let qkv = Tensor::<2>::full([1, (1 + 2 * kv_heads) * d], value, &dev);
+            let (_, v, q0, _) =
+                LayerKv::append_with(slot, [kv_heads, 1, d], &dev, |kb, vb, pos| {
+                    let (q, kb, vb) = crate::kernels::rows::qk_norm_rope_store(
+                        qkv,
+                        [1, kv_heads, d],
+                        &norms,
+                        &table,
+                        (kb, vb),
+                        pos,
+                        1e-6,
+                    );
+                    (kb, vb, q)
+                });
+            assert_eq!(q0, 201);
+            views.push((v, value));
+        }
+        for (v, value) in views {
+            let new = Tensor::<3>::full([kv_heads, 1, d], value, &dev);
+            let (got, want) = (values(v), values(Tensor::cat(vec![prefix.clone(), new], 1)));
+            let at = 201 * d..202 * d;
+            assert!(
+                got == want,
+                "the side that wrote {value} reads {:?} at its new position",
+                &got[at]
+            );
         }
     }
 
