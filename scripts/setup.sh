@@ -26,7 +26,7 @@ rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add wa
 
 have_version() { command -v "$1" >/dev/null 2>&1 && "$1" --version 2>/dev/null | grep -q " $2\$"; }
 if have_version trunk "$TRUNK_VERSION"; then say "trunk $TRUNK_VERSION: present"; else
-  say "trunk $TRUNK_VERSION: installing (about 13 minutes cold on 2 cores)"
+  say "trunk $TRUNK_VERSION: installing (about 7 minutes cold on 2 cores)"
   cargo install --locked "trunk@$TRUNK_VERSION"
 fi
 if have_version wasm-bindgen "$WASM_BINDGEN_VERSION"; then say "wasm-bindgen-cli $WASM_BINDGEN_VERSION: present"; else
