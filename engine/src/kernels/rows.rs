@@ -190,6 +190,15 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
     )
 }
 
+/// [`ELEMENT_THREADS`] invocations a workgroup, one an element of `n`, on `x`'s device.
+fn element_launch(x: &CubeTensor, n: usize) -> (cubecl::CubeCount, cubecl::CubeDim) {
+    let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
+    (
+        cubecl::calculate_cube_count_elemwise(&x.client, n, dim),
+        dim,
+    )
+}
+
 /// Rows of `x` (all but the last dimension) and the row length.
 fn rows_of(x: &CubeTensor) -> (usize, usize) {
     let shape = x.meta.shape();
@@ -390,8 +399,7 @@ impl RowOps for CubeBackend {
         let n = gate.meta.shape().num_elements();
         let out = empty_like(&gate);
         crate::launches::note_bytes(if has_up { 3 } else { 2 } * n * 4);
-        let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
-        let count = cubecl::calculate_cube_count_elemwise(&gate.client, n, dim);
+        let (count, dim) = element_launch(&gate, n);
         gelu_kernel::launch(
             &gate.client,
             count,
@@ -415,8 +423,7 @@ impl RowOps for CubeBackend {
         let out = empty_device_dtype(x.client.clone(), x.device.clone(), shape, DType::F32);
         // Gate and up read, the product written.
         crate::launches::note_bytes(3 * n * 4);
-        let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
-        let count = cubecl::calculate_cube_count_elemwise(&x.client, n, dim);
+        let (count, dim) = element_launch(&x, n);
         gelu_halves_kernel::launch(
             &x.client,
             count,
@@ -439,8 +446,7 @@ impl RowOps for CubeBackend {
         );
         let n = heads * len * d;
         crate::launches::note_bytes(2 * n * 4);
-        let dim = cubecl::CubeDim::new_1d(ELEMENT_THREADS);
-        let count = cubecl::calculate_cube_count_elemwise(&x.client, n, dim);
+        let (count, dim) = element_launch(&x, n);
         copy_positions_kernel::launch(
             &x.client,
             count,
