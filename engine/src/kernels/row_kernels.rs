@@ -532,6 +532,24 @@ pub(super) fn copy_positions_kernel(
     }
 }
 
+/// `out[start + r, j] = src[r, j]` for the `n / d` rows of `src [rows, d]` (any strides) into
+/// `out [≥ start + rows, d]` (contiguous), in place.
+#[cube(launch)]
+pub(super) fn write_rows_kernel(
+    src: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    n: u32,
+    d: u32,
+    start: u32,
+) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let d = d as usize;
+        let (r, j) = (i / d, i % d);
+        out[(start as usize + r) * d + j] = src[r * src.stride(0) + j * src.stride(1)];
+    }
+}
+
 /// Whether candidate `(b, bi)` beats `(a, ai)` for an argmax that keeps the first index on
 /// ties; `none` marks an empty slot (an index past the row), which any real candidate beats.
 #[cube]

@@ -23,7 +23,7 @@ use super::row_kernels::{
     ELEMENT_THREADS, ROW_THREADS, add_rms_norm_then_norm_kernel, argmax_final_kernel,
     argmax_partial_kernel, copy_positions_kernel, gelu_halves_kernel, gelu_kernel,
     layer_norm_kernel, per_lane, qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel,
-    row_threads,
+    row_threads, write_rows_kernel,
 };
 use crate::kernels::forms::{self, Form};
 
@@ -102,6 +102,14 @@ pub trait RowOps: burn::backend::Backend {
     /// The first `len` positions of `x [heads, ≥ len, d]` in a new `[heads, cap, d]` buffer,
     /// the positions past `len` unwritten.
     fn copy_positions(x: FloatTensor<Self>, len: usize, cap: usize) -> FloatTensor<Self>;
+
+    /// `dst [rows, d]` with `src [n, d]` written over its rows `start..start + n`, in place:
+    /// the caller's `dst` is its own (fresh, or nothing else reads it).
+    fn write_rows(
+        dst: FloatTensor<Self>,
+        start: usize,
+        src: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
 }
 
 const CPU_COMPOSES: &str = "the CPU composes burn ops (kernels::runs checks the device)";
@@ -176,6 +184,14 @@ impl RowOps for Flex {
     }
 
     fn copy_positions(_x: FloatTensor<Self>, _len: usize, _cap: usize) -> FloatTensor<Self> {
+        unreachable!("{CPU_COMPOSES}")
+    }
+
+    fn write_rows(
+        _dst: FloatTensor<Self>,
+        _start: usize,
+        _src: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         unreachable!("{CPU_COMPOSES}")
     }
 }
@@ -461,6 +477,25 @@ impl RowOps for CubeBackend {
         out
     }
 
+    fn write_rows(dst: CubeTensor, start: usize, src: CubeTensor) -> CubeTensor {
+        let dst = into_contiguous(dst);
+        let [n, d] = src.meta.shape().dims::<2>();
+        let elements = n * d;
+        crate::launches::note_bytes(2 * elements * 4);
+        let (count, dim) = element_launch(&dst, elements);
+        write_rows_kernel::launch(
+            &dst.client,
+            count,
+            dim,
+            src.into_tensor_arg(),
+            dst.clone().into_tensor_arg(),
+            elements as u32,
+            d as u32,
+            start as u32,
+        );
+        dst
+    }
+
     fn fused_argmax(x: CubeTensor) -> CubeTensor {
         let x = into_contiguous(x);
         let (rows, n) = rows_of(&x);
@@ -662,8 +697,77 @@ pub fn copy_positions(x: BurnTensor<3>, len: usize, cap: usize) -> BurnTensor<3>
     ))
 }
 
+/// `dst` with `src [n, d]` written over its rows `start..start + n`. On a GPU in place, one
+/// dispatch whatever the runtime's handle count says: burn's `slice_assign` (and `cat`, made of
+/// it) copies a buffer first when the count reads shared, and a fresh one reads shared for the
+/// moment CubeCL's device thread binds it, so the dispatches of a pass varied from run to run.
+/// The caller's `dst` must be its own (fresh, or read by nothing else). The CPU assigns.
+pub fn write_rows(dst: BurnTensor<2>, start: usize, src: BurnTensor<2>) -> BurnTensor<2> {
+    if !crate::device::queues_work(&dst.device()) {
+        let [n, d] = src.dims();
+        return dst.slice_assign([start..start + n, 0..d], src);
+    }
+    BurnTensor::<2>::from_dispatch(<Dispatch as RowOps>::write_rows(
+        dst.into_dispatch(),
+        start,
+        src.into_dispatch(),
+    ))
+}
+
+/// `parts` (`[n_i, d]` each, at least one) stacked into one `[Σ n_i, d]`: [`write_rows`] into a
+/// fresh buffer on a GPU, burn's `cat` on the CPU.
+pub fn cat_rows(parts: Vec<BurnTensor<2>>) -> BurnTensor<2> {
+    let first = parts
+        .first()
+        .expect("cat_rows: at least one part, as burn's cat");
+    let device = first.device();
+    if !crate::device::queues_work(&device) {
+        return BurnTensor::cat(parts, 0);
+    }
+    let d = first.dims()[1];
+    let rows = parts.iter().map(|p| p.dims()[0]).sum();
+    let mut out = BurnTensor::<2>::empty([rows, d], &device);
+    let mut start = 0;
+    for p in parts {
+        let n = p.dims()[0];
+        out = write_rows(out, start, p);
+        start += n;
+    }
+    out
+}
+
 /// Fused argmax of each row of `x [rows, n]`: `[rows]` u32 on the device, the first column
 /// on ties (as [`crate::model::nn::argmax`]).
 pub fn argmax(x: BurnTensor<2>) -> BurnTensor<1, Int> {
     BurnTensor::<1, Int>::from_dispatch(<Dispatch as RowOps>::fused_argmax(x.into_dispatch()))
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Distribution, Tensor};
+
+    fn values(t: Tensor<2>) -> Vec<f32> {
+        t.into_data().try_into_vec::<f32>().unwrap()
+    }
+
+    /// Rows stacked by [`super::cat_rows`] (one part a transposed view, read through its
+    /// strides) and written over a buffer's rows by [`super::write_rows`] hold exactly burn's
+    /// `cat` and `slice_assign` of the same values, on the GPU (the kernel) and the CPU.
+    #[test]
+    fn stacked_and_written_rows_equal_burns() {
+        let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        for dev in [gpu, crate::device::cpu()] {
+            let rand = |s: [usize; 2]| Tensor::<2>::random(s, Distribution::Default, &dev);
+            let parts = vec![rand([3, 5]), rand([5, 4]).swap_dims(0, 1), rand([2, 5])];
+            let want = values(Tensor::cat(parts.clone(), 0));
+            assert_eq!(values(super::cat_rows(parts.clone())), want);
+            let base = rand([12, 5]);
+            let expected = values(base.clone().slice_assign([6..10, 0..5], parts[1].clone()));
+            let fresh = Tensor::<2>::zeros([12, 5], &dev) + base;
+            assert_eq!(
+                values(super::write_rows(fresh, 6, parts[1].clone())),
+                expected
+            );
+        }
+    }
 }

@@ -427,7 +427,7 @@ impl Decoder {
                     c.hidden
                 )));
             }
-            x = x.slice_assign([span.clone(), 0..h], feats.clone());
+            x = crate::kernels::rows::write_rows(x, span.start, feats.clone());
         }
         Ok((x, spans))
     }
@@ -476,7 +476,7 @@ impl Decoder {
         }
         let mut scratch = cache.clone();
         let h = self.layers(
-            Tensor::cat(xs, 0),
+            crate::kernels::rows::cat_rows(xs),
             &positions,
             &mut scratch,
             &segments,
@@ -490,7 +490,7 @@ impl Decoder {
                 h.clone().slice([end - 1..end, 0..self.cfg.hidden])
             })
             .collect();
-        Ok(Tensor::cat(last, 0))
+        Ok(crate::kernels::rows::cat_rows(last))
     }
 
     /// The decoder layers and final norm on embedded inputs `x [t, hidden]` that follow what
