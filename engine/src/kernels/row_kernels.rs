@@ -509,17 +509,20 @@ pub(super) fn gelu_halves_kernel(x: &Tensor<f32>, out: &mut Tensor<f32>, n: u32,
     }
 }
 
-/// `out[h, p, j] = src[h, p, j]` for the first `len` positions of `out [heads, cap, d]`
-/// (contiguous); `src [heads, ≥ len, d]` at any strides. A KV buffer's valid positions moved
-/// into a larger or unshared one: one dispatch over `n = heads · len · d` values.
+/// `out[h, start + p, j] = src[h, p, j]` for the first `len` positions of `src [heads, ≥ len,
+/// d]` (any strides), into `out [heads, cap, d]` (contiguous), in place: one dispatch over
+/// `n = heads · len · d` values. A KV buffer's valid positions moved into a larger or unshared
+/// one (`start` 0), a pass's rows stacked, an image's features written over its span
+/// (`heads` 1).
 #[cube(launch)]
-pub(super) fn copy_positions_kernel(
+pub(super) fn write_positions_kernel(
     src: &Tensor<f32>,
     out: &mut Tensor<f32>,
     n: u32,
     len: u32,
     d: u32,
     cap: u32,
+    start: u32,
 ) {
     let i = ABSOLUTE_POS;
     if i < n as usize {
@@ -527,26 +530,8 @@ pub(super) fn copy_positions_kernel(
         let per_head = len * d;
         let (h, r) = (i / per_head, i % per_head);
         let (p, j) = (r / d, r % d);
-        out[h * cap as usize * d + r] =
+        out[(h * cap as usize + start as usize + p) * d + j] =
             src[h * src.stride(0) + p * src.stride(1) + j * src.stride(2)];
-    }
-}
-
-/// `out[start + r, j] = src[r, j]` for the `n / d` rows of `src [rows, d]` (any strides) into
-/// `out [≥ start + rows, d]` (contiguous), in place.
-#[cube(launch)]
-pub(super) fn write_rows_kernel(
-    src: &Tensor<f32>,
-    out: &mut Tensor<f32>,
-    n: u32,
-    d: u32,
-    start: u32,
-) {
-    let i = ABSOLUTE_POS;
-    if i < n as usize {
-        let d = d as usize;
-        let (r, j) = (i / d, i % d);
-        out[(start as usize + r) * d + j] = src[r * src.stride(0) + j * src.stride(1)];
     }
 }
 

@@ -21,9 +21,9 @@ use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::em
 
 use super::row_kernels::{
     ELEMENT_THREADS, ROW_THREADS, add_rms_norm_then_norm_kernel, argmax_final_kernel,
-    argmax_partial_kernel, copy_positions_kernel, gelu_halves_kernel, gelu_kernel,
-    layer_norm_kernel, per_lane, qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel,
-    row_threads, write_rows_kernel,
+    argmax_partial_kernel, gelu_halves_kernel, gelu_kernel, layer_norm_kernel, per_lane,
+    qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel, row_threads,
+    write_positions_kernel,
 };
 use crate::kernels::forms::{self, Form};
 
@@ -99,16 +99,14 @@ pub trait RowOps: burn::backend::Backend {
     /// `x [rows, n]` → each row's column of its largest value (the first on ties), `[rows]` u32.
     fn fused_argmax(x: FloatTensor<Self>) -> IntTensor<Self>;
 
-    /// The first `len` positions of `x [heads, ≥ len, d]` in a new `[heads, cap, d]` buffer,
-    /// the positions past `len` unwritten.
-    fn copy_positions(x: FloatTensor<Self>, len: usize, cap: usize) -> FloatTensor<Self>;
-
-    /// `dst [rows, d]` with `src [n, d]` written over its rows `start..start + n`, in place:
-    /// the caller's `dst` is its own (fresh, or nothing else reads it).
-    fn write_rows(
+    /// `dst [heads, cap, d]` with the first `len` positions of `src [heads, ≥ len, d]` written
+    /// over its positions `start..start + len`, in place: the caller's `dst` is its own (fresh,
+    /// or nothing else reads it).
+    fn write_positions(
         dst: FloatTensor<Self>,
         start: usize,
         src: FloatTensor<Self>,
+        len: usize,
     ) -> FloatTensor<Self>;
 }
 
@@ -183,14 +181,11 @@ impl RowOps for Flex {
         unreachable!("{CPU_COMPOSES}")
     }
 
-    fn copy_positions(_x: FloatTensor<Self>, _len: usize, _cap: usize) -> FloatTensor<Self> {
-        unreachable!("{CPU_COMPOSES}")
-    }
-
-    fn write_rows(
+    fn write_positions(
         _dst: FloatTensor<Self>,
         _start: usize,
         _src: FloatTensor<Self>,
+        _len: usize,
     ) -> FloatTensor<Self> {
         unreachable!("{CPU_COMPOSES}")
     }
@@ -452,45 +447,22 @@ impl RowOps for CubeBackend {
         out
     }
 
-    fn copy_positions(x: CubeTensor, len: usize, cap: usize) -> CubeTensor {
-        let [heads, _, d] = x.meta.shape().dims::<3>();
-        let out = empty_device_dtype(
-            x.client.clone(),
-            x.device.clone(),
-            [heads, cap, d].into(),
-            DType::F32,
-        );
+    fn write_positions(dst: CubeTensor, start: usize, src: CubeTensor, len: usize) -> CubeTensor {
+        let dst = into_contiguous(dst);
+        let [heads, cap, d] = dst.meta.shape().dims::<3>();
         let n = heads * len * d;
         crate::launches::note_bytes(2 * n * 4);
-        let (count, dim) = element_launch(&x, n);
-        copy_positions_kernel::launch(
-            &x.client,
-            count,
-            dim,
-            x.clone().into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            n as u32,
-            len as u32,
-            d as u32,
-            cap as u32,
-        );
-        out
-    }
-
-    fn write_rows(dst: CubeTensor, start: usize, src: CubeTensor) -> CubeTensor {
-        let dst = into_contiguous(dst);
-        let [n, d] = src.meta.shape().dims::<2>();
-        let elements = n * d;
-        crate::launches::note_bytes(2 * elements * 4);
-        let (count, dim) = element_launch(&dst, elements);
-        write_rows_kernel::launch(
+        let (count, dim) = element_launch(&dst, n);
+        write_positions_kernel::launch(
             &dst.client,
             count,
             dim,
             src.into_tensor_arg(),
             dst.clone().into_tensor_arg(),
-            elements as u32,
+            n as u32,
+            len as u32,
             d as u32,
+            cap as u32,
             start as u32,
         );
         dst
@@ -690,10 +662,13 @@ pub fn gelu_halves<const D: usize>(x: BurnTensor<D>) -> BurnTensor<D> {
 /// positions past `len` unwritten (never read: views stop at the valid length). GPU devices
 /// only, like the kernels.
 pub fn copy_positions(x: BurnTensor<3>, len: usize, cap: usize) -> BurnTensor<3> {
-    BurnTensor::<3>::from_dispatch(<Dispatch as RowOps>::copy_positions(
+    let [heads, _, d] = x.dims();
+    let fresh = BurnTensor::<3>::empty([heads, cap, d], &x.device());
+    BurnTensor::<3>::from_dispatch(<Dispatch as RowOps>::write_positions(
+        fresh.into_dispatch(),
+        0,
         x.into_dispatch(),
         len,
-        cap,
     ))
 }
 
@@ -703,15 +678,18 @@ pub fn copy_positions(x: BurnTensor<3>, len: usize, cap: usize) -> BurnTensor<3>
 /// moment CubeCL's device thread binds it, so the dispatches of a pass varied from run to run.
 /// The caller's `dst` must be its own (fresh, or read by nothing else). The CPU assigns.
 pub fn write_rows(dst: BurnTensor<2>, start: usize, src: BurnTensor<2>) -> BurnTensor<2> {
+    let [n, d] = src.dims();
     if !crate::device::queues_work(&dst.device()) {
-        let [n, d] = src.dims();
         return dst.slice_assign([start..start + n, 0..d], src);
     }
-    BurnTensor::<2>::from_dispatch(<Dispatch as RowOps>::write_rows(
-        dst.into_dispatch(),
+    // One head: the leading unit dimension is a stride change, never a copy.
+    let written = <Dispatch as RowOps>::write_positions(
+        dst.unsqueeze::<3>().into_dispatch(),
         start,
-        src.into_dispatch(),
-    ))
+        src.unsqueeze::<3>().into_dispatch(),
+        n,
+    );
+    BurnTensor::<3>::from_dispatch(written).squeeze_dim::<2>(0)
 }
 
 /// `parts` (`[n_i, d]` each, at least one) stacked into one `[Σ n_i, d]`: [`write_rows`] into a
@@ -752,10 +730,17 @@ mod tests {
 
     /// Rows stacked by [`super::cat_rows`] (one part a transposed view, read through its
     /// strides) and written over a buffer's rows by [`super::write_rows`] hold exactly burn's
-    /// `cat` and `slice_assign` of the same values, on the GPU (the kernel) and the CPU.
+    /// `cat` and `slice_assign` of the same values, on the GPU (the kernel) and the CPU; and
+    /// positions moved by [`super::copy_positions`] (GPU only) are the source's, each head at
+    /// its own place in the larger buffer.
     #[test]
-    fn stacked_and_written_rows_equal_burns() {
+    fn written_stacked_and_moved_rows_hold_their_sources() {
         let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        let x = Tensor::<3>::random([7, 2, 3], Distribution::Default, &gpu).swap_dims(0, 1);
+        let moved = super::copy_positions(x.clone(), 4, 9);
+        assert_eq!(moved.dims(), [2, 9, 3]);
+        let valid = |t: Tensor<3>| values(t.slice([0..2, 0..4, 0..3]).reshape([8, 3]));
+        assert_eq!(valid(moved), valid(x));
         for dev in [gpu, crate::device::cpu()] {
             let rand = |s: [usize; 2]| Tensor::<2>::random(s, Distribution::Default, &dev);
             let parts = vec![rand([3, 5]), rand([5, 4]).swap_dims(0, 1), rand([2, 5])];
