@@ -330,8 +330,13 @@ impl<'m> Session<'m> {
         ids: &[u32],
         images: &[Tensor<2>],
     ) -> Result<(Tensor<2>, KvCache), ModelError> {
-        let (mut cache, start) = match &self.cache.last {
-            Some((prev, cache)) => {
+        // The last prompt's cache is taken rather than cloned and cut back in place: this
+        // prompt writes over the positions past the shared prefix, where a clone would copy
+        // every layer's buffers first (a dispatch per layer's keys and values, and a second set
+        // of buffers: 143 MB for MedGemma 4B). A cache something else still holds (a generation
+        // under way) is copied on its first write all the same (`LayerKv::reserve`).
+        let (mut cache, start) = match self.cache.last.take() {
+            Some((prev, mut cache)) => {
                 let mut lcp = prev
                     .iter()
                     .zip(ids)
@@ -342,17 +347,25 @@ impl<'m> Session<'m> {
                 while lcp > 0 && ids[lcp] == ids::IMAGE_SOFT && ids[lcp - 1] == ids::IMAGE_SOFT {
                     lcp -= 1;
                 }
-                let mut c = cache.clone();
-                c.truncate(lcp);
-                (c, lcp)
+                cache.truncate(lcp);
+                (cache, lcp)
             }
             None => (self.model.decoder.new_cache(), 0),
         };
         let images_before = count_image_runs(&ids[..start]);
         let rest = &ids[start..];
-        let h = self
+        let h = match self
             .model
-            .prefill(rest, &images[images_before..], &mut cache)?;
+            .prefill(rest, &images[images_before..], &mut cache)
+        {
+            Ok(h) => h,
+            Err(e) => {
+                // A pass writes only after `start`, so the positions before it still hold.
+                cache.truncate(start);
+                self.cache.last = Some((ids[..start].to_vec(), cache));
+                return Err(e);
+            }
+        };
         self.last_computed = rest.len();
         let t = rest.len();
         let last = h.slice([t - 1..t, 0..self.model.decoder.cfg.hidden]);
@@ -450,8 +463,28 @@ impl<'m> Session<'m> {
         max_new: usize,
         on_token: &mut dyn FnMut(u32, &str),
     ) -> Result<Vec<u32>, ModelError> {
-        let stops = [ids::EOS, ids::END_OF_TURN, self.model.tokenizer.eos()];
         let (h, mut cache) = self.run(ids, images)?;
+        // The session keeps the prompt's cache for the next prompt. The generated tokens go after
+        // the prompt in the same buffers, not in a copy of them (a dispatch per layer's keys and
+        // values, and a second set of buffers), and the kept cache is cut back to the prompt:
+        // it never reads past it.
+        self.cache.last = None;
+        let out = self.decode(h, &mut cache, max_new, on_token).await;
+        cache.truncate(ids.len());
+        self.cache.last = Some((ids.to_vec(), cache));
+        out
+    }
+
+    /// [`Session::generate`]'s tokens after the prompt's last hidden state `h`, whose keys and
+    /// values `cache` holds.
+    async fn decode(
+        &self,
+        h: Tensor<2>,
+        cache: &mut KvCache,
+        max_new: usize,
+        on_token: &mut dyn FnMut(u32, &str),
+    ) -> Result<Vec<u32>, ModelError> {
+        let stops = [ids::EOS, ids::END_OF_TURN, self.model.tokenizer.eos()];
         let decoder = &self.model.decoder;
         // The next token's id stays on the device. A GPU gets the step after it queued before
         // the id is read back, so it never idles while the host checks for a stop token (a stop
@@ -465,7 +498,7 @@ impl<'m> Session<'m> {
         for step in 0..max_new {
             let more = step + 1 < max_new;
             let ahead = (more && run_ahead)
-                .then(|| decoder.greedy(decoder.forward_token(pending.clone(), &mut cache)));
+                .then(|| decoder.greedy(decoder.forward_token(pending.clone(), cache)));
             let next = read_u32(pending.clone()).await?[0];
             if stops.contains(&next) {
                 break;
@@ -479,7 +512,7 @@ impl<'m> Session<'m> {
                 Some(a) => a,
                 None => {
                     decoder
-                        .next_token(decoder.forward_token(pending, &mut cache))
+                        .next_token(decoder.forward_token(pending, cache))
                         .await?
                 }
             };

@@ -277,8 +277,9 @@ fn greedy(case: &Case, f: &Tensor<2>, tol: f32) {
 
 /// A study's questions scored together (shared prefix once, the rest as branches of one pass)
 /// get the scores each gets alone: the batching changes only the order of summation.
-fn batched(case: &Case, f: &Tensor<2>, tol: f32) {
-    let m = &case.model;
+/// Four official prompts about one study: their shared prefix is the system prompt and the
+/// question's opening words; the image follows each question.
+fn study_prompts(m: &Model) -> Vec<(Vec<u32>, Vec<Letter>)> {
     let opts = [
         "A. Yes",
         "B. No",
@@ -286,7 +287,7 @@ fn batched(case: &Case, f: &Tensor<2>, tol: f32) {
         "D. Cannot be determined",
     ]
     .map(String::from);
-    let prompts: Vec<(Vec<u32>, Vec<Letter>)> = [
+    [
         ("Is there a pleural effusion?", 4),
         (
             "Is the cardiac silhouette enlarged on this frontal radiograph?",
@@ -310,7 +311,12 @@ fn batched(case: &Case, f: &Tensor<2>, tol: f32) {
             Letter::ALL[..n].to_vec(),
         )
     })
-    .collect();
+    .collect()
+}
+
+fn batched(case: &Case, f: &Tensor<2>, tol: f32) {
+    let m = &case.model;
+    let prompts = study_prompts(m);
     let images = std::slice::from_ref(f);
     let mut s = Session::new(m);
     let got = pollster::block_on(s.score_many(&prompts, images)).unwrap();
@@ -346,6 +352,39 @@ fn batched(case: &Case, f: &Tensor<2>, tol: f32) {
         "batched vs one by one: max |Δlogit| {worst} > {tol}"
     );
     println!("batched vs one by one: max |Δlogit| = {worst:.2e}");
+}
+
+/// A session whose prompt fails (an image run without its features) keeps the study prefix it
+/// had: the next prompt computes only what follows it. Each prompt writes over the positions
+/// the one before wrote past the prefix (the session's cache is cut back in place, not copied),
+/// and scores as a fresh session does.
+fn cache_survives_a_failed_prompt(case: &Case, f: &Tensor<2>, tol: f32) {
+    let m = &case.model;
+    let prompts = study_prompts(m);
+    let images = std::slice::from_ref(f);
+    let (p1, p2) = (&prompts[0], &prompts[1]);
+    let shared = p1.0.iter().zip(&p2.0).take_while(|(a, b)| a == b).count();
+    assert!(shared > 0 && shared < p1.0.len().min(p2.0.len()));
+    let mut s = Session::new(m);
+    let score = |s: &mut Session<'_>, (ids, letters): &(Vec<u32>, Vec<Letter>)| {
+        pollster::block_on(s.score_options(ids, images, letters)).unwrap()
+    };
+    let fresh = |p| score(&mut Session::new(m), p);
+    let mut worst = max_abs_diff(&score(&mut s, p1).logits, &fresh(p1).logits);
+    let failed = pollster::block_on(s.score_options(&p2.0, &[], &p2.1));
+    assert!(failed.is_err(), "an image run without features must fail");
+    let second = score(&mut s, p2);
+    assert_eq!(s.last_computed, p2.0.len() - shared, "the prefix was kept");
+    worst = worst.max(max_abs_diff(&second.logits, &fresh(p2).logits));
+    // Back to the first prompt, over the second's positions.
+    let again = score(&mut s, p1);
+    assert_eq!(s.last_computed, p1.0.len() - shared);
+    worst = worst.max(max_abs_diff(&again.logits, &fresh(p1).logits));
+    assert!(
+        worst <= tol,
+        "cached vs fresh: max |Δlogit| {worst} > {tol}"
+    );
+    println!("cached vs fresh after a failed prompt: max |Δlogit| = {worst:.2e}");
 }
 
 /// Synthetic split files held in memory.
@@ -598,6 +637,7 @@ fn tiny_q8_0_on_cpu_matches_transformers_on_the_dequantised_weights() {
         LAYER_TOL,
     );
     batched(&c, &f, BATCH_TOL);
+    cache_survives_a_failed_prompt(&c, &f, BATCH_TOL);
     study_cache_carries_over(&c);
     run_stops_and_resumes(&c);
 }
@@ -632,6 +672,7 @@ fn tiny_models_on_wgpu_match_transformers() {
         // Slow on lavapipe: one model suffices for the evaluation path over `score_many` and
         // for the GPU kernels stage by stage.
         if tag == "tiny-q8_0" {
+            cache_survives_a_failed_prompt(&c, &f, BATCH_TOL);
             study_answers(&c);
             layers::assert_within(
                 &format!("{tag} per layer on wgpu"),

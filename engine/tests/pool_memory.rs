@@ -95,12 +95,14 @@ fn browser_pool_holds_a_study_near_native_memory() {
         "peak reserved: browser pool {} B, native pool {} B ({ratio:.3}x)\nbrowser: {:?}\nnative: {:?}",
         browser.peak_bytes, native.peak_bytes, browser.phases, native.phases
     );
-    // Measured 1.262x (1.705 vs 1.351 GB) on lavapipe; a dry run allocates the same every run.
-    // With the KV buffers grown layer by layer during the pass, as before, 1.459x. The whole
-    // 4B pair, where the weights weigh more against the free pages (examples/pool_memory.rs on
-    // SwiftShader's ICD): 1.084x, and 1.70x before.
+    // Measured 1.174x (1.585 vs 1.351 GB) on lavapipe; a dry run allocates the same every run.
+    // With each question copying the session's cache instead of writing over it, 1.209x
+    // (1.633 GB); with the batched questions' keys also kept for the whole pass, 1.262x
+    // (1.705 GB); with the KV buffers grown layer by layer during the pass, 1.459x. The whole 4B pair, where
+    // the weights weigh more against the free pages (examples/pool_memory.rs on SwiftShader's
+    // ICD): 1.077x (4.233 vs 3.931 GB), 1.071x (4.645 vs 4.337) before, 1.70x first.
     assert!(
-        ratio <= 1.30,
+        ratio <= 1.20,
         "the browser's pool reserves {ratio:.3}x the native pool's peak; where it sits:\n{:#?}",
         browser.pools
     );
