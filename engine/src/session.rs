@@ -333,8 +333,9 @@ impl<'m> Session<'m> {
         // The last prompt's cache is taken rather than cloned and cut back in place: this
         // prompt writes over the positions past the shared prefix, where a clone would copy
         // every layer's buffers first (a dispatch per layer's keys and values, and a second set
-        // of buffers: 143 MB for MedGemma 4B). A cache something else still holds (a generation
-        // under way) is copied on its first write all the same (`LayerKv::reserve`).
+        // of buffers: 143 MB for MedGemma 4B). A cache something else still holds (the one `run`
+        // last returned, while its caller keeps it) is copied on its first write all the same
+        // (`LayerKv::reserve` counts the holders).
         let (mut cache, start) = match self.cache.last.take() {
             Some((prev, mut cache)) => {
                 let mut lcp = prev
