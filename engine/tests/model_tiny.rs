@@ -275,8 +275,6 @@ fn greedy(case: &Case, f: &Tensor<2>, tol: f32) {
     assert!(worst <= tol, "greedy steps: max |Δlogit| {worst} > {tol}");
 }
 
-/// A study's questions scored together (shared prefix once, the rest as branches of one pass)
-/// get the scores each gets alone: the batching changes only the order of summation.
 /// Four official prompts about one study: their shared prefix is the system prompt and the
 /// question's opening words; the image follows each question.
 fn study_prompts(m: &Model) -> Vec<(Vec<u32>, Vec<Letter>)> {
@@ -314,6 +312,8 @@ fn study_prompts(m: &Model) -> Vec<(Vec<u32>, Vec<Letter>)> {
     .collect()
 }
 
+/// A study's questions scored together (shared prefix once, the rest as branches of one pass)
+/// get the scores each gets alone: the batching changes only the order of summation.
 fn batched(case: &Case, f: &Tensor<2>, tol: f32) {
     let m = &case.model;
     let prompts = study_prompts(m);

@@ -508,8 +508,9 @@ impl Decoder {
     }
 
     /// The decoder layers and final norm on `x [t, hidden]` at RoPE `positions`; appends `x`'s
-    /// keys and values to `cache` when they are [`Keys::Kept`]. Each segment (rows of `x`, absolute image spans it sees) continues the
-    /// cache on its own, masked as [`mask_values`] masks a lone continuation.
+    /// keys and values to `cache` when they are [`Keys::Kept`]. Each segment (rows of `x`,
+    /// absolute image spans it sees) continues the cache on its own, masked as [`mask_values`]
+    /// masks a lone continuation.
     fn layers(
         &self,
         mut x: Tensor<2>,
@@ -686,6 +687,6 @@ enum Keys {
     /// Thrown away with the pass (a study's questions batched): each layer's live only while it
     /// runs, so the pass holds one layer's copy of the prefix instead of all of them (MedGemma
     /// 4B, four questions: 2 of 68 buffers of 6.3 MB; `examples/pool_memory.rs` peaks 0.41 GB
-    /// lower, browser pool and native alike). The cache is left as it was.
+    /// lower, browser pool and native alike). Each layer's slot gets its buffers back.
     Discarded,
 }
