@@ -714,6 +714,31 @@ pub fn cat_rows(parts: Vec<BurnTensor<2>>) -> BurnTensor<2> {
     out
 }
 
+/// `f` on `x [t, d]` in blocks of at most `max_rows` rows, as even as can be, stacked in order:
+/// `f(x)` for an `f` that treats rows apart, with `f`'s intermediates a block's size. Each
+/// block's result is written into the output as it comes ([`write_rows`]), so only one lives.
+pub fn map_row_blocks(
+    x: BurnTensor<2>,
+    max_rows: usize,
+    f: impl Fn(BurnTensor<2>) -> BurnTensor<2>,
+) -> BurnTensor<2> {
+    let [t, d] = x.dims();
+    if t <= max_rows {
+        return f(x);
+    }
+    let per = t.div_ceil(t.div_ceil(max_rows.max(1)));
+    let device = x.device();
+    let mut out: Option<BurnTensor<2>> = None;
+    for start in (0..t).step_by(per) {
+        let y = f(x.clone().slice([start..(start + per).min(t), 0..d]));
+        let dst = out
+            .take()
+            .unwrap_or_else(|| BurnTensor::<2>::empty([t, y.dims()[1]], &device));
+        out = Some(write_rows(dst, start, y));
+    }
+    out.expect("t > max_rows: at least one block")
+}
+
 /// Fused argmax of each row of `x [rows, n]`: `[rows]` u32 on the device, the first column
 /// on ties (as [`crate::model::nn::argmax`]).
 pub fn argmax(x: BurnTensor<2>) -> BurnTensor<1, Int> {
@@ -726,6 +751,39 @@ mod tests {
 
     fn values(t: Tensor<2>) -> Vec<f32> {
         t.into_data().try_into_vec::<f32>().unwrap()
+    }
+
+    /// [`super::map_row_blocks`] hands `f` blocks of at most the rows asked, as even as can be
+    /// (10 rows in at most 3: 3, 3, 3 and 1), and stacks what it returns in order, on the GPU
+    /// and the CPU; a block of all rows is `f` itself.
+    #[test]
+    fn row_blocks_are_mapped_and_stacked_in_order() {
+        let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        for dev in [gpu, crate::device::cpu()] {
+            let x = Tensor::<2>::random([10, 4], Distribution::Default, &dev);
+            // Each block's rows, widened to 6 columns and offset by the block's length, so a
+            // block out of place or of the wrong length shows.
+            let f = |b: Tensor<2>| {
+                let n = b.dims()[0];
+                let head = b.clone().slice([0..n, 0..2]);
+                Tensor::cat(vec![b, head], 1).add_scalar(n as f32)
+            };
+            let lens = std::cell::RefCell::new(Vec::new());
+            let mapped = super::map_row_blocks(x.clone(), 3, |b| {
+                lens.borrow_mut().push(b.dims()[0]);
+                f(b)
+            });
+            assert_eq!(*lens.borrow(), [3, 3, 3, 1]);
+            let want: Vec<Tensor<2>> = [0..3, 3..6, 6..9, 9..10]
+                .into_iter()
+                .map(|r| f(x.clone().slice([r, 0..4])))
+                .collect();
+            assert_eq!(values(mapped), values(Tensor::cat(want, 0)));
+            assert_eq!(
+                values(super::map_row_blocks(x.clone(), 10, f)),
+                values(f(x))
+            );
+        }
     }
 
     /// Rows stacked by [`super::cat_rows`] (one part a transposed view, read through its

@@ -149,10 +149,12 @@ pub fn segmented_attention(
     }
     let [hq, _, d] = q.dims();
     let hk = k.dims()[0];
+    // The first segment's keys follow the cache's in `k` already: a view, not a copy.
     let own = |x: &Tensor<3>, r: &Range<usize>| {
         let mine = x.clone().slice([0..hk, q0 + r.start..q0 + r.end, 0..d]);
-        match q0 {
-            0 => mine,
+        match (q0, r.start) {
+            (0, _) => mine,
+            (_, 0) => x.clone().slice([0..hk, 0..q0 + r.end, 0..d]),
             _ => Tensor::cat(vec![x.clone().slice([0..hk, 0..q0, 0..d]), mine], 1),
         }
     };
