@@ -4,8 +4,8 @@
 
 use std::ops::Range;
 
-use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
+use burn::tensor::{Int, Tensor};
 
 pub use crate::kernels::attention::Kernel;
 
@@ -126,21 +126,42 @@ pub fn expand_kv(x: Tensor<3>, groups: usize) -> Tensor<3> {
         .reshape([kv * groups, s, d])
 }
 
+/// Where the keys of segments `1..` (rows `r` of a pass after `q0` cached positions) sit in
+/// the pass's keys, stacked: each the cache's `0..q0`, then its own `q0 + r`. One gather of them
+/// ([`segmented_attention`]) takes what a concatenation per segment and per keys and values took
+/// (12 dispatches a layer for a study's four questions at MedGemma 4B, 2 now). The first
+/// segment's keys already follow the cache's; `None` where no segment needs a gather.
+pub fn segment_key_positions(q0: usize, segments: &[Range<usize>]) -> Option<Vec<i32>> {
+    if q0 == 0 || segments.len() < 2 {
+        return None;
+    }
+    let at = |p: usize| i32::try_from(p).expect("a key position fits an i32");
+    Some(
+        segments[1..]
+            .iter()
+            .flat_map(|r| (0..q0).chain(q0 + r.start..q0 + r.end).map(at))
+            .collect(),
+    )
+}
+
 /// Attention of query rows split into segments that continue one cache independently: the
 /// rows of segment `r` attend to the `q0` cached keys and to their own keys `q0 + r` only, each
 /// under its own mask. One segment is an ordinary continuation. Skipping the other segments'
-/// keys means no score is computed for pairs the masks would discard anyway.
+/// keys means no score is computed for pairs the masks would discard anyway. `gather` holds
+/// [`segment_key_positions`] of the segments, on the device (`None` when it is `None`).
 ///
 /// # Shapes
 /// - `q`: `[heads, t, d]`; `k`, `v`: `[heads / groups, q0 + t, d]` (cache then new rows)
 /// - mask of segment `r`: `[r.len(), q0 + r.len()]`
 /// - returns `[heads, t, d]`
+#[allow(clippy::too_many_arguments)]
 pub fn segmented_attention(
     q: Tensor<3>,
     k: Tensor<3>,
     v: Tensor<3>,
     q0: usize,
     segments: &[(Range<usize>, Mask)],
+    gather: Option<&Tensor<1, Int>>,
     groups: usize,
     scale: f32,
 ) -> Tensor<3> {
@@ -149,29 +170,38 @@ pub fn segmented_attention(
     }
     let [hq, _, d] = q.dims();
     let hk = k.dims()[0];
-    // The first segment's keys follow the cache's in `k` already: a view, not a copy.
-    let own = |x: &Tensor<3>, r: &Range<usize>| {
-        let mine = x.clone().slice([0..hk, q0 + r.start..q0 + r.end, 0..d]);
-        match (q0, r.start) {
-            (0, _) => mine,
-            (_, 0) => x.clone().slice([0..hk, 0..q0 + r.end, 0..d]),
-            _ => Tensor::cat(vec![x.clone().slice([0..hk, 0..q0, 0..d]), mine], 1),
-        }
-    };
-    let parts = segments
-        .iter()
-        .map(|(r, mask)| {
-            let qs = q.clone().slice([0..hq, r.clone(), 0..d]);
-            attention(
-                qs,
-                own(&k, r),
-                own(&v, r),
-                Some(mask.clone()),
-                groups,
-                scale,
-            )
-        })
-        .collect();
+    let gathered = gather.map(|at| {
+        (
+            k.clone().select(1, at.clone()),
+            v.clone().select(1, at.clone()),
+        )
+    });
+    let mut parts = Vec::with_capacity(segments.len());
+    let mut at = 0;
+    for (r, mask) in segments {
+        let qs = q.clone().slice([0..hq, r.clone(), 0..d]);
+        // Its own keys alone without a cache; the first segment's follow the cache's: views.
+        let ([ks, vs], n) = match (q0, r.start) {
+            (0, _) => ([&k, &v], r.clone()),
+            (_, 0) => ([&k, &v], 0..q0 + r.end),
+            _ => {
+                let (gk, gv) = gathered
+                    .as_ref()
+                    .expect("segment_key_positions for a cache and several segments");
+                at += q0 + r.len();
+                ([gk, gv], at - q0 - r.len()..at)
+            }
+        };
+        let keys = |x: &Tensor<3>| x.clone().slice([0..hk, n.clone(), 0..d]);
+        parts.push(attention(
+            qs,
+            keys(ks),
+            keys(vs),
+            Some(mask.clone()),
+            groups,
+            scale,
+        ));
+    }
     Tensor::cat(parts, 1)
 }
 
@@ -205,6 +235,17 @@ mod tests {
         let m = mask_values(0, 12, &[2..6], None);
         assert_eq!(super::lookahead(&[2..6]), 3);
         assert!(allowed(&m, 12, 2, 5) && !allowed(&m, 12, 2, 6));
+    }
+
+    /// The keys of segments after the first: the cache's, then each one's own rows after it;
+    /// nothing to gather without a cache or with one segment.
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one segment
+    fn segment_keys_are_the_cache_then_their_own() {
+        let at = super::segment_key_positions(3, &[0..2, 2..5, 5..6]);
+        assert_eq!(at, Some(vec![0, 1, 2, 5, 6, 7, 0, 1, 2, 8]));
+        assert_eq!(super::segment_key_positions(0, &[0..2, 2..5]), None);
+        assert_eq!(super::segment_key_positions(3, &[0..4]), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::ops::Range;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::ModelError;
-use super::attention::{Mask, lookahead, mask_values, segmented_attention};
+use super::attention::{Mask, lookahead, mask_values, segment_key_positions, segmented_attention};
 use super::config::TextConfig;
 use super::kv_cache::{KvCache, LayerKv};
 use super::load::Loader;
@@ -145,6 +145,8 @@ struct LayerInputs<'a> {
     /// Rows of `x` that continue the cache independently, each with its mask
     /// `[rows, cached + rows]` (one segment: an ordinary continuation).
     segments: &'a [(Range<usize>, Mask)],
+    /// Where the segments' keys sit, for one gather a layer ([`segment_key_positions`]).
+    gather: Option<&'a Tensor<1, Int>>,
 }
 
 impl Attention {
@@ -199,7 +201,7 @@ impl Attention {
         let qkv = self.qkv.project(xn);
         let (q, k, v, q0) = p.rope.norm_rotate_append(qkv, &self.norms, cache, c);
         let groups = c.heads / c.kv_heads;
-        let a = segmented_attention(q, k, v, q0, p.segments, groups, c.attn_scale);
+        let a = segmented_attention(q, k, v, q0, p.segments, p.gather, groups, c.attn_scale);
         self.attn_output
             .matmul(a.swap_dims(0, 1).reshape([t, c.heads * c.head_dim]))
     }
@@ -563,15 +565,23 @@ impl Decoder {
         };
         let mask_global = masks(None);
         let mask_local = (c.sliding_window > 0).then(|| masks(Some(c.sliding_window)));
+        let rows: Vec<Range<usize>> = segments.iter().map(|(r, _)| r.clone()).collect();
+        let gather = segment_key_positions(q0, &rows).map(|at| {
+            crate::launches::note_upload();
+            let n = at.len();
+            Tensor::<1, Int>::from_data(TensorData::new(at, [n]), &self.device)
+        });
         let global = LayerInputs {
             cfg: c,
             rope: &rope_global,
             segments: &mask_global,
+            gather: gather.as_ref(),
         };
         let local = LayerInputs {
             cfg: c,
             rope: &rope_local,
             segments: mask_local.as_ref().unwrap_or(&mask_global),
+            gather: gather.as_ref(),
         };
         tracer.tap(Tap::at(trace::INP_SCALED), &x);
         let Some(first) = self.layers.first() else {
