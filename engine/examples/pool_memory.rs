@@ -7,13 +7,27 @@
 //!
 //!     REXVQA_EXCLUSIVE_POOL=1 cargo run -p rexvqa-engine --example pool_memory -- TEXT.gguf
 //!         [MMPROJ.gguf] [--prefill 64,1000] [--questions 4] [--pools]
+//!         [--bench [--decode 32] [--official 0] [--profile]]
 //!
 //! Prints one JSON line: the bytes reserved after load and after each phase, the peak, and with
-//! `--pools` what each pool holds after each phase.
+//! `--pools` what each pool holds after each phase. With `--bench` it runs the whole Benchmark
+//! instead, as bench/browser-vs-native.mjs asks for it (no kernel timings; `--profile` adds the
+//! profile passes, as bench/device's bvn-4b step does), under a
+//! dry run, and prints its `peak_device_bytes`: the figure #33 compares, which the harness
+//! samples at its own points and the phases above miss (its decode, profile and cold studies).
 
 use rexvqa_engine::device;
 use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::session::{LoadOptions, Model};
+
+/// The bench's clock: wall time (its figures mean nothing under a dry run; only memory is read).
+struct Wall(std::time::Instant);
+
+impl rexvqa_engine::eval::Clock for Wall {
+    fn now_ms(&self) -> f64 {
+        self.0.elapsed().as_secs_f64() * 1000.0
+    }
+}
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -47,6 +61,35 @@ fn main() -> Result<(), String> {
         &mut |_| {},
     ))
     .map_err(|e| e.to_string())?;
+    if args.iter().any(|a| a == "--bench") {
+        let opts = rexvqa_engine::bench::BenchOptions {
+            prefill_lengths: lengths,
+            questions,
+            decode_tokens: value("--decode").and_then(|s| s.parse().ok()).unwrap_or(32),
+            official_max_tokens: value("--official")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+            kernel_rows: Vec::new(),
+            profile: args
+                .iter()
+                .any(|a| a == "--profile")
+                .then(rexvqa_engine::bench::Roofline::default),
+            ..Default::default()
+        };
+        let _dry = burn_cubecl::cubecl::dry_run::DryRun::new();
+        let start = std::time::Instant::now();
+        let r = pollster::block_on(rexvqa_engine::bench::run(&model, &opts, &Wall(start)))
+            .map_err(|e| e.to_string())?;
+        println!(
+            "{}",
+            serde_json::json!({
+                "exclusive_pool": device::exclusive_pool_requested(),
+                "device_bytes_after_load": r.device_bytes_after_load,
+                "peak_device_bytes": r.peak_device_bytes,
+            })
+        );
+        return Ok(());
+    }
     let with_pools = args.iter().any(|a| a == "--pools");
     let phases = pollster::block_on(rexvqa_engine::bench::pool_phases(
         &model, &lengths, questions, with_pools,
