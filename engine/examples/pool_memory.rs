@@ -16,14 +16,12 @@
 //! dry run, and prints its `peak_device_bytes`: the figure #33 compares, which the harness
 //! samples at its own points and the phases above miss (its decode, profile and cold studies).
 //! With `--studies N` it follows a split's scoring instead, as the evaluation runs it on a GPU
-//! (`eval::run`: one session, cleared per study; the image encoded, then `--questions` questions
+//! (`eval::run`: one session, moved on to the next study with `Session::next_study`; the image encoded, then `--questions` questions
 //! scored in one batched pass), and prints what is reserved after each study, and the most.
 
 use rexvqa_engine::device;
 use rexvqa_engine::gguf::FileSource;
-use rexvqa_engine::model::ModelError;
-use rexvqa_engine::rexvqa::Letter;
-use rexvqa_engine::session::{LoadOptions, Model, Session};
+use rexvqa_engine::session::{LoadOptions, Model};
 
 /// The bench's clock: wall time (its figures mean nothing under a dry run; only memory is read).
 struct Wall(std::time::Instant);
@@ -96,33 +94,9 @@ fn main() -> Result<(), String> {
         return Ok(());
     }
     if let Some(n) = value("--studies").and_then(|s| s.parse::<usize>().ok()) {
-        let size = model
-            .vision
-            .as_ref()
-            .ok_or("--studies needs an mmproj")?
-            .cfg
-            .image_size;
-        let pixels = vec![0.0f32; 3 * size * size];
-        let _dry = burn_cubecl::cubecl::dry_run::DryRun::new();
-        let reserved = || rexvqa_engine::bench::device_bytes(&model).unwrap_or(0);
-        let after_load = reserved();
-        let mut session = Session::new(&model);
-        let mut after_each = Vec::with_capacity(n);
-        for study in 0..n {
-            session.clear();
-            let f = session
-                .add_image("study", &pixels)
+        let (after_load, after_each) =
+            pollster::block_on(rexvqa_engine::bench::study_flow(&model, n, questions))
                 .map_err(|e| e.to_string())?;
-            let prompts = (0..questions)
-                .map(|q| {
-                    let ids = rexvqa_engine::bench::question_ids(&model, study * questions + q)?;
-                    Ok((ids, Letter::ALL.to_vec()))
-                })
-                .collect::<Result<Vec<_>, ModelError>>()
-                .map_err(|e| e.to_string())?;
-            pollster::block_on(session.score_many(&prompts, &[f])).map_err(|e| e.to_string())?;
-            after_each.push(reserved());
-        }
         println!(
             "{}",
             serde_json::json!({

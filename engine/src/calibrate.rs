@@ -153,7 +153,7 @@ pub async fn run(
         let records: Vec<_> = group.iter().map(|&i| &split.records[i]).collect();
         let mut first_in_study = records[0].study_key() != study;
         if first_in_study {
-            session.clear();
+            session.next_study();
             study = records[0].study_key().to_string();
         }
         for a in eval::answer_study(&mut session, &records, settings, images, clock).await? {

@@ -88,3 +88,42 @@ pub async fn pool_phases(
     out.peak_bytes = out.phases.iter().map(|p| p.1).max().unwrap_or(0);
     Ok(out)
 }
+
+/// Follows `model` through `studies` studies as scoring a split runs them on a GPU
+/// ([`crate::eval::run`]): one session, moved on with [`Session::next_study`] at each study, its
+/// image encoded, then `questions` official questions scored in one batched pass. Returns the
+/// bytes reserved after load and after each study, under a dry run as [`pool_phases`] (needs a
+/// vision tower; the same process-wide caveat).
+pub async fn study_flow(
+    model: &Model,
+    studies: usize,
+    questions: usize,
+) -> Result<(u64, Vec<u64>), ModelError> {
+    let size = model
+        .vision
+        .as_ref()
+        .ok_or_else(|| ModelError::Unsupported("a study needs a vision tower (mmproj)".into()))?
+        .cfg
+        .image_size;
+    let pixels = vec![0.0f32; 3 * size * size];
+    let reserved = || super::device_bytes(model).unwrap_or(0);
+    let after_load = reserved();
+    let _dry = DryRun::new();
+    let mut session = Session::new(model);
+    let mut after_each = Vec::with_capacity(studies);
+    for study in 0..studies {
+        session.next_study();
+        let f = session.add_image("study", &pixels)?;
+        let prompts = (0..questions)
+            .map(|q| {
+                Ok((
+                    super::question_ids(model, study * questions + q)?,
+                    Letter::ALL.to_vec(),
+                ))
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        session.score_many(&prompts, &[f]).await?;
+        after_each.push(reserved());
+    }
+    Ok((after_load, after_each))
+}

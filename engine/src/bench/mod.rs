@@ -18,7 +18,7 @@ mod memory;
 
 pub use kernels::{KernelTiming, MAX_REPS, MIN_TIMED_MS, kernel_survey, next_reps};
 use kernels::{time_kernel, timed_at};
-pub use memory::{PoolPhases, pool_phases};
+pub use memory::{PoolPhases, pool_phases, study_flow};
 
 /// Measured figures (times in milliseconds, rates per second).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -133,7 +133,7 @@ pub async fn run(
         let records: Vec<&Record> = group.iter().map(|&i| &split.records[i]).collect();
         let key = records[0].study_key();
         if study != Some(key) {
-            session.clear();
+            session.next_study();
             study = Some(key);
         }
         let answers = answer_study(session, &records, settings, images, clock)
