@@ -42,18 +42,23 @@ fn write_pair(dir: &Path) {
     syn::write_pair(dir, &shapes(), &tok, 7, &mut |_, _, _| {}).expect("the pair written");
 }
 
-fn child(dir: &Path) {
+/// The pair `text` + `mmproj` on lavapipe.
+fn load(text: &Path, mmproj: &Path) -> Model {
     let device = rexvqa_engine::device::wgpu().expect("a wgpu adapter (lavapipe)");
-    let text = FileSource::open(dir.join(syn::TEXT_FILE)).unwrap();
-    let mmproj = FileSource::open(dir.join(syn::MMPROJ_FILE)).unwrap();
-    let model = pollster::block_on(Model::load(
+    let text = FileSource::open(text).unwrap();
+    let mmproj = FileSource::open(mmproj).unwrap();
+    pollster::block_on(Model::load(
         &text,
         Some(&mmproj),
         &device,
         &LoadOptions::default(),
         &mut |_| {},
     ))
-    .expect("the synthetic pair loads");
+    .expect("the pair loads")
+}
+
+fn child(dir: &Path) {
+    let model = load(&dir.join(syn::TEXT_FILE), &dir.join(syn::MMPROJ_FILE));
     if std::env::var_os(STUDIES).is_some() {
         let (_, after) = pollster::block_on(rexvqa_engine::bench::study_flow(&model, 6, 4))
             .expect("the studies run");
@@ -163,19 +168,8 @@ fn next_study_releases_the_last_study_after_the_next_encode() {
     use rexvqa_engine::session::Session;
 
     let (text, mmproj) = common::tiny_pair(&common::golden_json_gz("tiny_tiny-q8_0.json.gz"));
-    let device = rexvqa_engine::device::wgpu().expect("a wgpu adapter (lavapipe)");
-    let (text, mmproj) = (
-        FileSource::open(text).unwrap(),
-        FileSource::open(mmproj).unwrap(),
-    );
-    let model = pollster::block_on(Model::load(
-        &text,
-        Some(&mmproj),
-        &device,
-        &LoadOptions::default(),
-        &mut |_| {},
-    ))
-    .expect("the tiny pair loads");
+    let model = load(&text, &mmproj);
+    let device = model.device().clone();
     let size = model.vision.as_ref().unwrap().cfg.image_size;
     let pixels = vec![0.0f32; 3 * size * size];
     let prompts = (0..2)
