@@ -10,14 +10,18 @@
 //!         [--bench [--decode 32] [--official 0] [--profile]] [--studies N]
 //!
 //! Prints one JSON line: the bytes reserved after load and after each phase, the peak, and with
-//! `--pools` what each pool holds after each phase. With `--bench` it runs the whole Benchmark
-//! instead, as bench/browser-vs-native.mjs asks for it (no kernel timings; `--profile` adds the
-//! profile passes, as bench/device's bvn-4b step does), under a
-//! dry run, and prints its `peak_device_bytes`: the figure #33 compares, which the harness
-//! samples at its own points and the phases above miss (its decode, profile and cold studies).
+//! `--pools` what each pool holds after each phase.
+//!
+//! With `--bench` it runs the whole Benchmark instead, under a dry run, as
+//! bench/browser-vs-native.mjs asks for it (no kernel timings; `--profile` adds the profile
+//! passes, as bench/device's bvn-4b step does), and prints its `peak_device_bytes`: the figure
+//! #33 compares, which the harness samples at its own points, and which the phases above miss
+//! (its decode, profile passes and cold studies).
+//!
 //! With `--studies N` it follows a split's scoring instead, as the evaluation runs it on a GPU
-//! (`eval::run`: one session, moved on to the next study with `Session::next_study`; the image encoded, then `--questions` questions
-//! scored in one batched pass), and prints what is reserved after each study, and the most.
+//! (`bench::study_flow`: one session moved on with `Session::next_study`; per study the image
+//! encoded, then `--questions` questions scored in one batched pass), and prints what is
+//! reserved after each study, and the most.
 
 use rexvqa_engine::device;
 use rexvqa_engine::gguf::FileSource;

@@ -316,7 +316,7 @@ impl<'m> Session<'m> {
     /// by the next image encode's temporaries, whose own pages then sat free while the new
     /// study's KV made new ones: scoring MedGemma 4B studies in a row reserved 3.707, 3.810,
     /// 3.937 and 4.076 GB after the first four (1.113x native's flat 3.661 GB); dropped after
-    /// the encode, at most 3.758 GB over 12 studies (1.027x). Natively unchanged (dry runs,
+    /// the encode, at most 3.758 GB over 40 studies (1.027x). Natively unchanged (dry runs,
     /// examples/pool_memory.rs `--studies`). On the CPU, where freed memory serves any size
     /// and a wasm32 4B pair has little to spare, the cache is dropped now.
     pub fn next_study(&mut self) {
