@@ -4,7 +4,7 @@
 
 use rexvqa_engine::eval::{self, Answer, Settings};
 use rexvqa_engine::rexvqa::{Letter, Record, prompt};
-use rexvqa_engine::session::{Model, Session, StudyCache};
+use rexvqa_engine::session::{Model, Session};
 use std::rc::Rc;
 
 use super::error::WorkerError;
@@ -22,11 +22,19 @@ fn study_key(split_name: &str, r: &Record) -> String {
     format!("{split_name}\u{0}{}", r.study_key())
 }
 
-/// The cache of the study `key` if it was the last one asked about, else an empty one.
-fn take_study(key: &str) -> StudyCache {
+/// A session on the study `key`: with its cache if it was the last one asked about, else moved
+/// on from the last one ([`Session::next_study`]: on a GPU its features and KV are released once
+/// this study's image is encoded, which keeps the browser's pool from making new pages for the
+/// next few studies, as scoring a split showed at 4B).
+fn study_session<'m>(model: &'m Model, key: &str) -> Session<'m> {
     match state::with(|s| s.study.take()) {
-        Some((k, c)) if k == key => c,
-        _ => StudyCache::default(),
+        Some((k, c)) if k == key => Session::with_cache(model, c),
+        Some((_, c)) => {
+            let mut session = Session::with_cache(model, c);
+            session.next_study();
+            session
+        }
+        None => Session::new(model),
     }
 }
 
@@ -100,7 +108,7 @@ pub async fn question(
         study,
     } = Asked::find(split_name, id)?;
     let target = AskTarget::Question { id: id.into() };
-    let mut session = Session::with_cache(&model, take_study(&study));
+    let mut session = study_session(&model, &study);
     let mut stream = Stream::new(out, target.clone());
     let a = eval::answer(
         &mut session,
@@ -141,7 +149,7 @@ pub async fn free(
         record,
         study,
     } = Asked::find(split_name, id)?;
-    let mut session = Session::with_cache(&model, take_study(&study));
+    let mut session = study_session(&model, &study);
     let (feats, missing) = eval::features(&mut session, &record, &settings, &FileStore::current())
         .await
         .map_err(|e| e.to_string())?;
