@@ -164,7 +164,6 @@ fn browser_pool_holds_a_study_near_native_memory() {
 /// run; only the pool's bytes in use are read.
 #[test]
 fn next_study_releases_the_last_study_after_the_next_encode() {
-    use rexvqa_engine::rexvqa::Letter;
     use rexvqa_engine::session::Session;
 
     let (text, mmproj) = common::tiny_pair(&common::golden_json_gz("tiny_tiny-q8_0.json.gz"));
@@ -172,12 +171,7 @@ fn next_study_releases_the_last_study_after_the_next_encode() {
     let device = model.device().clone();
     let size = model.vision.as_ref().unwrap().cfg.image_size;
     let pixels = vec![0.0f32; 3 * size * size];
-    let prompts = (0..2)
-        .map(|q| {
-            let ids = rexvqa_engine::bench::question_ids(&model, q).unwrap();
-            (ids, Letter::ALL.to_vec())
-        })
-        .collect::<Vec<_>>();
+    let prompts = rexvqa_engine::bench::study_prompts(&model, 0..2).unwrap();
     let _dry = burn_cubecl::cubecl::dry_run::DryRun::new();
     let in_use = || {
         pollster::block_on(rexvqa_engine::bench::sync_device(&device)).unwrap();

@@ -7,7 +7,6 @@
 use burn_cubecl::cubecl::dry_run::DryRun;
 
 use crate::model::ModelError;
-use crate::rexvqa::Letter;
 use crate::session::{Model, Session};
 
 /// Bytes reserved after each phase.
@@ -70,9 +69,7 @@ pub async fn pool_phases(
     }
     if let Some(f) = &features {
         let images = std::slice::from_ref(f);
-        let prompts = (0..questions)
-            .map(|q| Ok((super::question_ids(model, q)?, Letter::ALL.to_vec())))
-            .collect::<Result<Vec<_>, ModelError>>()?;
+        let prompts = super::study_prompts(model, 0..questions)?;
         let mut session = Session::new(model);
         for (ids, letters) in &prompts {
             session.score_options(ids, images, letters).await?;
@@ -114,14 +111,8 @@ pub async fn study_flow(
     for study in 0..studies {
         session.next_study();
         let f = session.add_image("study", &pixels)?;
-        let prompts = (0..questions)
-            .map(|q| {
-                Ok((
-                    super::question_ids(model, study * questions + q)?,
-                    Letter::ALL.to_vec(),
-                ))
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
+        let first = study * questions;
+        let prompts = super::study_prompts(model, first..first + questions)?;
         session.score_many(&prompts, &[f]).await?;
         after_each.push(reserved());
     }

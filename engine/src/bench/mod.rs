@@ -382,6 +382,16 @@ pub fn question_ids(model: &Model, q: usize) -> Result<Vec<u32>, ModelError> {
     model.tokenize_rendered(&prompt::chat(Some(prompt::SYSTEM), &text, 1), 1)
 }
 
+/// A prompt's token ids and the option letters it is scored on, as [`Session::score_many`]
+/// takes them.
+pub type Prompt = (Vec<u32>, Vec<Letter>);
+
+/// Questions `qs` of [`question_ids`], each with every option letter: a study's prompts.
+pub fn study_prompts(model: &Model, qs: std::ops::Range<usize>) -> Result<Vec<Prompt>, ModelError> {
+    qs.map(|q| Ok((question_ids(model, q)?, Letter::ALL.to_vec())))
+        .collect()
+}
+
 /// Counts the dispatches, reads and uploads of one decoded token, fast-mode questions and one
 /// image encode (the last two need a vision tower), under a CubeCL dry run: every launch is
 /// issued, counted and compiled as in a real run, then dropped, so a model too large to run on
@@ -464,9 +474,7 @@ pub async fn count_passes_now(model: &Model, questions: usize) -> Result<PassCou
         }
         let mut batched = Session::new(model);
         let f = batched.add_image("count", &pixels)?;
-        let prompts = (0..questions)
-            .map(|q| Ok((question_ids(model, q)?, Letter::ALL.to_vec())))
-            .collect::<Result<Vec<_>, ModelError>>()?;
+        let prompts = study_prompts(model, 0..questions)?;
         let c = launches::count();
         batched
             .score_many(&prompts, std::slice::from_ref(&f))
@@ -600,9 +608,7 @@ pub async fn profile_passes(
 
         let mut study = Session::new(model);
         let f = study.add_image("profile", pixels)?;
-        let prompts = (0..opts.questions.max(2))
-            .map(|q| Ok((question_ids(model, q)?, Letter::ALL.to_vec())))
-            .collect::<Result<Vec<_>, ModelError>>()?;
+        let prompts = study_prompts(model, 0..opts.questions.max(2))?;
         sync(model).await?;
         let t = clock.now_ms();
         let p = launches::profile();
@@ -829,9 +835,7 @@ pub async fn run(
     let t = clock.now_ms();
     let mut batched = Session::new(model);
     let f = batched.add_image("bench", &pixels)?;
-    let prompts = (0..opts.questions)
-        .map(|q| Ok((question_ids(model, q)?, Letter::ALL.to_vec())))
-        .collect::<Result<Vec<_>, ModelError>>()?;
+    let prompts = study_prompts(model, 0..opts.questions)?;
     batched
         .score_many(&prompts, std::slice::from_ref(&f))
         .await?;
