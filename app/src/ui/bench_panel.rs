@@ -63,9 +63,14 @@ fn rows(json: &str) -> Vec<(String, String)> {
             format!("{:.0}", num(&v["wasm_heap_bytes"]) / 1e6),
         ),
     ]);
-    // GPU backends only: the CPU path has no device memory to report, and no dispatches.
+    // GPU backends only: the CPU path has no device memory to report, and no dispatches. What
+    // the pool reserved, not what the browser holds: buffers given back wait for a garbage
+    // collection (`BenchReport::peak_device_bytes`).
     if let Some(b) = r["peak_device_bytes"].as_f64() {
-        out.push(("GPU memory, peak (MB)".into(), format!("{:.0}", b / 1e6)));
+        out.push((
+            "GPU memory reserved, peak (MB)".into(),
+            format!("{:.0}", b / 1e6),
+        ));
     }
     out.extend(dispatch_rows(r));
     // The kernel profile was asked for but this adapter cannot give it: say why.

@@ -91,7 +91,12 @@ pub struct BenchReport {
     pub official_max_tokens: usize,
     /// Device memory the weights take right after loading (GPU backends; None on the CPU).
     pub device_bytes_after_load: Option<u64>,
-    /// The most device memory reserved at any stage of the run (GPU backends; None on the CPU).
+    /// The most device memory reserved at any stage of the run (GPU backends; None on the CPU):
+    /// CubeCL's count. In a browser a buffer CubeCL gave back stays on the device until a
+    /// garbage collection (seconds later with work going on) and is not in it: at 4B the
+    /// Benchmark gives back ~350 MB during its run, by a dry run's count
+    /// (`bench/results/ci-vm-2core-browser-pool-releases-dry-run.json`). The GPU kit's
+    /// `nvidia-smi` figure counts it.
     pub peak_device_bytes: Option<u64>,
     /// Each weight shape of the model multiplied on its own, with every kernel the device has.
     pub kernels: Vec<KernelTiming>,
