@@ -108,10 +108,21 @@ pub fn wgpu() -> Result<Device, DeviceError> {
                 options =
                     options.memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages);
             }
-            let (d, setup) = options
-                .init_with_setup()
-                .map_err(|e| DeviceError(format!("{e:?}")))?;
-            let _ = QUEUE.set(setup.queue);
+            let (d, queue) = if destroying_requested() {
+                let setup = pollster::block_on(destroying_setup())?;
+                let queue = setup.queue.clone();
+                let mut o = Device::wgpu_options().setup(setup);
+                if exclusive_pool_requested() {
+                    o = o.memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages);
+                }
+                (o.init().map_err(|e| DeviceError(format!("{e:?}")))?, queue)
+            } else {
+                let (d, setup) = options
+                    .init_with_setup()
+                    .map_err(|e| DeviceError(format!("{e:?}")))?;
+                (d, setup.queue)
+            };
+            let _ = QUEUE.set(queue);
             pollster::block_on(crate::quant::probe::probe_native_half(&d));
             Ok(d)
         })
@@ -127,16 +138,71 @@ pub async fn wgpu_async() -> Result<Device, DeviceError> {
     if let Some(d) = DEVICE.get() {
         return Ok(d.clone());
     }
-    let result = Device::wgpu_options().init_with_setup_async().await;
+    let setup = destroying_setup().await?;
     // Another caller may have finished first while this one awaited.
     if let Some(d) = DEVICE.get() {
         return Ok(d.clone());
     }
-    let (d, setup) = result.map_err(|e| DeviceError(format!("{e:?}")))?;
-    WGPU_DEVICE.with(|w| *w.borrow_mut() = Some(setup.device));
-    WGPU_QUEUE.with(|w| *w.borrow_mut() = Some(setup.queue));
+    let (device, queue) = (setup.device.clone(), setup.queue.clone());
+    let d = Device::wgpu_options()
+        .setup(setup)
+        .init()
+        .map_err(|e| DeviceError(format!("{e:?}")))?;
+    WGPU_DEVICE.with(|w| *w.borrow_mut() = Some(device));
+    WGPU_QUEUE.with(|w| *w.borrow_mut() = Some(queue));
     crate::quant::probe::probe_native_half(&d).await;
     Ok(DEVICE.get_or_init(|| d).clone())
+}
+
+/// Natively, `REXVQA_DESTROYING_DEVICE=1` opens the GPU through [`crate::destroying_device`],
+/// as the browser always does, to test it where wgpu's own validation watches every call.
+#[cfg(not(target_arch = "wasm32"))]
+fn destroying_requested() -> bool {
+    std::env::var_os("REXVQA_DESTROYING_DEVICE").is_some_and(|v| v == "1")
+}
+
+/// Opens an adapter and a device the way CubeCL's WGSL path does (every adapter feature but
+/// mappable primary buffers, the adapter's limits, memory hints for usage), and wraps them so
+/// that the buffers CubeCL releases are destroyed rather than left to a garbage collection.
+async fn destroying_setup() -> Result<burn::tensor::wgpu::WgpuSetup, DeviceError> {
+    use burn::tensor::wgpu::wgpu;
+    let backends = if cfg!(target_arch = "wasm32") {
+        wgpu::Backends::BROWSER_WEBGPU
+    } else {
+        wgpu::Backends::PRIMARY
+    };
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| DeviceError(e.to_string()))?;
+    let (device, queue) = adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            label: None,
+            required_features: adapter
+                .features()
+                .difference(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+            required_limits: adapter.limits(),
+            memory_hints: wgpu::MemoryHints::MemoryUsage,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| DeviceError(e.to_string()))?;
+    let (device, queue) = crate::destroying_device::wrap(device, queue);
+    let backend = adapter.get_info().backend;
+    Ok(burn::tensor::wgpu::WgpuSetup {
+        instance,
+        adapter,
+        device,
+        queue,
+        backend,
+    })
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -173,6 +239,37 @@ pub fn submit_writes(device: &Device) {
             q.submit([]);
         }
     });
+}
+
+/// Runs `encode` (a vision-tower pass) apart from the browser's pool, then gives that pool's
+/// free pages back to the device. In a pool of one page per allocation (the browser's, or
+/// natively with `REXVQA_EXCLUSIVE_POOL=1`) the tower's activations, sizes the decoder never
+/// asks for (4,096 patches wide at 896 px), were left as free pages that the decoder's smaller
+/// requests took while its larger ones made new pages; and each study's prompts, of other
+/// lengths than the last study's, did the same to the last study's free pages. So the tower's
+/// buffers are CubeCL dedicated allocations, each returned to the device once freed, and the
+/// pool starts each image with no free page. Dry runs, MedGemma 4B, bench/device's bvn-4b
+/// options: the Benchmark's peak 4.229 -> 3.727 GB (native's 3.796 GB); forty studies scored as
+/// the evaluation scores them, 3.758 -> 3.574 GB at most and flat (native's 3.661 GB). The
+/// price is a buffer created per tower allocation (~630 at 4B) and the next prompt's
+/// temporaries made again, once an image. It frees memory in a browser only because the
+/// browser's device destroys what CubeCL releases ([`crate::destroying_device`]): wgpu alone
+/// leaves each released buffer to a garbage collection, 9-10 s later. Natively the sliced pool
+/// reuses any size, and the same change made its peak 8 MB larger: left as it is there, and on
+/// the CPU.
+pub fn encode_apart<R: Send>(device: &Device, encode: impl FnOnce() -> R + Send) -> R {
+    let burn::backend::DispatchDevice::Cube(d) = device.as_dispatch() else {
+        return encode();
+    };
+    if !exclusive_pool_requested() {
+        return encode();
+    }
+    let client = d.client();
+    let out = client.memory_dedicated_allocation((), |()| encode());
+    // Refused only while a graph records, which the engine never does; the pages then wait
+    // for the pool's own periodic cleanup, as before.
+    let _ = client.memory_cleanup();
+    out
 }
 
 /// Calls `f` with the browser's message when the WebGPU device opened by [`wgpu_async`] is
@@ -232,6 +329,18 @@ pub fn open(kind: BackendKind) -> Result<Device, DeviceError> {
 pub fn exclusive_pool_requested() -> bool {
     cfg!(target_arch = "wasm32")
         || std::env::var_os("REXVQA_EXCLUSIVE_POOL").is_some_and(|v| v == "1")
+}
+
+/// Gives the free pages of `device`'s memory pools back (CubeCL's `memory_cleanup`): with the
+/// browser's device they are destroyed at the next submit. Nothing on the CPU.
+pub fn release_free_memory(device: &Device) -> Result<(), DeviceError> {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => d
+            .client()
+            .memory_cleanup()
+            .map_err(|e| DeviceError(format!("releasing free GPU memory: {e:?}"))),
+        _ => Ok(()),
+    }
 }
 
 /// One line per non-empty pool of `device`: its kind, pages now and at most, bytes reserved and

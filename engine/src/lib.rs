@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod calibrate;
 pub mod compare;
+pub mod destroying_device;
 pub mod device;
 pub mod digest;
 pub mod eval;

@@ -339,6 +339,11 @@ mod model_in_browser {
         .await
         .unwrap();
         let (gpu_letters, gpu_logits, ids) = run(&on_gpu).await;
+        // The browser's device destroys what CubeCL gives back (#33): the pools' free pages,
+        // released here, are destroyed once the passes below have been submitted, rather than
+        // left to a garbage collection.
+        let before = rexvqa_engine::destroying_device::counts();
+        device::release_free_memory(&gpu).unwrap();
         // Dispatch counting works in the browser (the Benchmark card's figures), and its dry
         // run counts what the same passes issue when they run.
         let real = rexvqa_engine::bench::count_passes_now(&on_gpu, 2)
@@ -347,6 +352,11 @@ mod model_in_browser {
         let dry = rexvqa_engine::bench::count_passes(&on_gpu, 2)
             .await
             .unwrap();
+        let after = rexvqa_engine::destroying_device::counts();
+        assert!(
+            after.created > 0 && after.destroyed > before.destroyed,
+            "no buffer destroyed on WebGPU: {before:?} -> {after:?}"
+        );
         assert!(real.token.dispatches > 0 && real.token.reads == 1);
         assert_eq!(
             (&dry.token, &dry.question, &dry.image),
