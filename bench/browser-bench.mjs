@@ -9,6 +9,11 @@
 // --profile ticks the card's kernel profile: a token, a prefill pass and an image encode, every
 // launch timed on its own (timestamp queries), in the JSON's results.profile.
 //
+// The JSON also gains chromium_rss: the renderer's and the GPU process's peak resident memory
+// (bench/rss.mjs), over the import and load and over the Benchmark run apart. On SwiftShader the
+// GPU process's figure is the browser's real device memory, buffers waiting for a garbage
+// collection included.
+//
 // --trace records a Chrome trace of the Benchmark run (every process: the worker's JavaScript and
 // WebAssembly samples, the GPU process's Dawn work), for bench/trace_summary.py to break down,
 // instead of the JSON (--out is still required, and left unwritten).
@@ -17,6 +22,7 @@ import { parseArgs } from 'node:util';
 import { serve } from '../tests/e2e/server.mjs';
 import { chromium } from 'playwright-core';
 import { launch, openPage } from '../tests/e2e/browser.mjs';
+import { rssSampler } from './rss.mjs';
 
 const { values: a } = parseArgs({
   options: {
@@ -33,6 +39,7 @@ const server = await serve(a.dist);
 const tracePort = 9300 + (process.pid % 600);
 const extra = a.flags.split(' ').filter(Boolean);
 const context = await launch(a.trace ? [...extra, `--remote-debugging-port=${tracePort}`] : extra);
+const rss = rssSampler();
 try {
   const { page, problems } = await openPage(context, server.url);
   await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ timeout: 120_000 });
@@ -44,6 +51,7 @@ try {
   await page.getByTestId('compute').selectOption(a.compute);
   await page.getByTestId('model-text-input').setInputFiles(a.model);
   if (a.mmproj) await page.getByTestId('model-mmproj-input').setInputFiles(a.mmproj);
+  rss.phase('import and load');
   await page.getByTestId('model-import').click();
   await page.getByTestId('model-card').waitFor({ timeout: 1_800_000 });
   await page.getByTestId('bench-prefill').fill(a.prefill);
@@ -52,8 +60,10 @@ try {
   await page.getByTestId('bench-kernel-rows').fill(a['kernel-rows']);
   if (a.profile) await page.getByTestId('bench-profile').check();
   const tracing = a.trace ? await startTrace(tracePort) : null;
+  rss.phase('benchmark');
   await page.getByTestId('bench-run').click();
   await page.getByTestId('bench-results').waitFor({ timeout: 3_600_000 });
+  rss.stop();
   if (tracing) {
     // A second CDP client takes over the browser's download behaviour, so a traced run keeps the
     // trace only: the figures come from an untraced run.
@@ -65,11 +75,13 @@ try {
   const j = JSON.parse(readFileSync(await download.path(), 'utf8'));
   j.dist = a.dist;
   j.console_errors = problems;
+  j.chromium_rss = { peak_bytes: rss.peak, peak_bytes_by_phase: rss.phases };
   writeFileSync(a.out, `${JSON.stringify(j, null, 2)}\n`);
   const r = j.results;
   console.log(`${a.dist}: prefill ${JSON.stringify(r.prefill)} tok/s, decode ${r.decode_tokens_per_s?.toFixed(2)} tok/s, ` +
     `image ${r.image_encode_ms?.toFixed(0)} ms, fast ${r.fast_questions_per_s?.toFixed(3)} q/s`);
 } finally {
+  rss.stop();
   await context.close();
   await server.close();
 }

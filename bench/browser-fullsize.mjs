@@ -14,12 +14,13 @@
 // which never shrinks), device_peak_bytes (the model's device pool after both answers), and the
 // Chromium processes' peak resident memory sampled from /proc every 250 ms.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { serve } from '../tests/e2e/server.mjs';
 import { launch, openPage } from '../tests/e2e/browser.mjs';
+import { rssSampler } from './rss.mjs';
 
 const { values: a } = parseArgs({
   options: {
@@ -44,35 +45,6 @@ function twoOfOneStudy() {
     if (by.get(k).length === 2) return by.get(k);
   }
   throw new Error(`${splitPath}: no study has two questions`);
-}
-
-// Peak resident memory of Chromium's renderer and GPU processes, from /proc.
-// `phase` names the part of the run a sample falls in (import, hash, load, ask): each phase's
-// peak is kept too, because the import's and the load's peaks are different questions.
-function rssSampler() {
-  const peak = { renderer: 0, gpu: 0 };
-  const phases = {};
-  let phase = 'start';
-  const sample = () => {
-    const now = { renderer: 0, gpu: 0 };
-    for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-      try {
-        const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-        if (!cmd.includes('chromium')) continue;
-        const kind = cmd.includes('--type=renderer') ? 'renderer' : cmd.includes('--type=gpu-process') ? 'gpu' : null;
-        if (!kind) continue;
-        const kb = Number(readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)?.[1] ?? 0);
-        now[kind] += kb * 1024;
-      } catch { /* the process ended */ }
-    }
-    phases[phase] ??= { renderer: 0, gpu: 0 };
-    for (const k of Object.keys(peak)) {
-      peak[k] = Math.max(peak[k], now[k]);
-      phases[phase][k] = Math.max(phases[phase][k], now[k]);
-    }
-  };
-  const timer = setInterval(sample, 250);
-  return { peak, phases, phase: (name) => { phase = name; }, stop: () => clearInterval(timer) };
 }
 
 async function ask(page, qid) {

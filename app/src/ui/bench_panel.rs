@@ -64,12 +64,19 @@ fn rows(json: &str) -> Vec<(String, String)> {
         ),
     ]);
     // GPU backends only: the CPU path has no device memory to report, and no dispatches. What
-    // the pool reserved, not what the browser holds: buffers given back wait for a garbage
-    // collection (`BenchReport::peak_device_bytes`).
+    // the pool reserved; the buffers it gave back are destroyed at the next submit
+    // (`BenchReport::peak_device_bytes`, `buffers_destroyed`).
     if let Some(b) = r["peak_device_bytes"].as_f64() {
         out.push((
             "GPU memory reserved, peak (MB)".into(),
             format!("{:.0}", b / 1e6),
+        ));
+    }
+    let destroyed = &r["buffers_destroyed"];
+    if let (Some(n), Some(b)) = (destroyed[0].as_u64(), destroyed[1].as_f64()) {
+        out.push((
+            "GPU buffers given back and destroyed (MB)".into(),
+            format!("{n} ({:.0})", b / 1e6),
         ));
     }
     out.extend(dispatch_rows(r));
@@ -355,6 +362,23 @@ mod tests {
         );
         // The CPU, and reports saved before the adapter was recorded.
         assert_eq!(runs_on(&"cpu".into(), &serde_json::Value::Null), "cpu");
+    }
+
+    #[test]
+    fn destroyed_buffers_show_where_the_device_is_wrapped() {
+        let row = |results: serde_json::Value| {
+            rows(&serde_json::json!({ "results": results }).to_string())
+                .into_iter()
+                .find(|(label, _)| label.starts_with("GPU buffers given back"))
+                .map(|(_, value)| value)
+        };
+        assert_eq!(
+            row(serde_json::json!({"buffers_destroyed": [630, 348_000_000u64]})).as_deref(),
+            Some("630 (348)")
+        );
+        // Natively, on the CPU, and in reports saved before the figure existed: no row.
+        assert_eq!(row(serde_json::json!({"buffers_destroyed": null})), None);
+        assert_eq!(row(serde_json::json!({})), None);
     }
 
     #[test]

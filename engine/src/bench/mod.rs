@@ -92,12 +92,16 @@ pub struct BenchReport {
     /// Device memory the weights take right after loading (GPU backends; None on the CPU).
     pub device_bytes_after_load: Option<u64>,
     /// The most device memory reserved at any stage of the run (GPU backends; None on the CPU):
-    /// CubeCL's count. In a browser a buffer CubeCL gave back stays on the device until a
-    /// garbage collection (seconds later with work going on) and is not in it: at 4B the
-    /// Benchmark gives back ~350 MB during its run, by a dry run's count
-    /// (`bench/results/ci-vm-2core-browser-pool-releases-dry-run.json`). The GPU kit's
-    /// `nvidia-smi` figure counts it.
+    /// CubeCL's count. A buffer CubeCL gives back leaves it at once; the browser's device
+    /// destroys it at the next submit ([`crate::destroying_device`]), where wgpu alone left it
+    /// to a garbage collection seconds later (at 4B the Benchmark gives back ~350 MB during its
+    /// run, by a dry run's count: `bench/results/ci-vm-2core-browser-pool-releases-dry-run.json`).
+    /// The GPU kit's `nvidia-smi` figure counts what the device really holds.
     pub peak_device_bytes: Option<u64>,
+    /// Buffers the browser's device destroyed during the run, after CubeCL gave them back, and
+    /// their bytes (None where the device is not wrapped: natively, and on the CPU).
+    #[serde(default)]
+    pub buffers_destroyed: Option<(u64, u64)>,
     /// Each weight shape of the model multiplied on its own, with every kernel the device has.
     pub kernels: Vec<KernelTiming>,
     /// The GPU adapter the run used and the features its kernels could use (None on the CPU).
@@ -634,6 +638,18 @@ pub async fn profile_passes(
     })
 }
 
+/// The buffers a wrapped device destroyed since `before`, and their bytes; None when no device
+/// of this process is wrapped.
+fn destroyed_since(before: crate::destroying_device::Counts) -> Option<(u64, u64)> {
+    let now = crate::destroying_device::counts();
+    (now.created > 0).then(|| {
+        (
+            now.destroyed - before.destroyed,
+            now.destroyed_bytes - before.destroyed_bytes,
+        )
+    })
+}
+
 /// Runs the harness (needs a vision tower).
 pub async fn run(
     model: &Model,
@@ -646,6 +662,7 @@ pub async fn run(
         adapter: crate::device::adapter(model.device()),
         ..Default::default()
     };
+    let destroyed_before = crate::destroying_device::counts();
     let mut peak = r.device_bytes_after_load;
     let mut sample = |model: &Model| {
         peak = match (peak, device_bytes(model)) {
@@ -806,6 +823,7 @@ pub async fn run(
 
     let Some((pixels, _)) = image else {
         r.peak_device_bytes = peak;
+        r.buffers_destroyed = destroyed_since(destroyed_before);
         r.set_counts(
             count_passes(model, opts.questions).await?,
             model.decoder.weight_bytes_per_token(),
@@ -864,6 +882,7 @@ pub async fn run(
     }
     sample(model);
     r.peak_device_bytes = peak;
+    r.buffers_destroyed = destroyed_since(destroyed_before);
     r.set_counts(
         count_passes(model, opts.questions).await?,
         model.decoder.weight_bytes_per_token(),

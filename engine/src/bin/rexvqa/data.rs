@@ -46,6 +46,13 @@ pub struct SynthModelArgs {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Decoder layers (MedGemma 4B has 34): fewer keep the 4B's widths, the sizes a memory pool
+    /// sees, in a pair that runs in minutes on a software adapter.
+    #[arg(long)]
+    pub layers: Option<u64>,
+    /// Vision-tower layers (MedGemma 4B has 27).
+    #[arg(long)]
+    pub vision_layers: Option<u64>,
 }
 
 #[derive(Args)]
@@ -113,8 +120,19 @@ pub fn synth_model(args: SynthModelArgs) -> Result<(), String> {
         out,
         tokenizer_from,
         seed,
+        layers,
+        vision_layers,
     } = args;
     use rexvqa_engine::model::synthetic as syn;
+    let full = syn::Shapes::medgemma_4b();
+    let shapes = syn::Shapes {
+        layers: layers.unwrap_or(full.layers),
+        v_layers: vision_layers.unwrap_or(full.v_layers),
+        ..full
+    };
+    if shapes.layers == 0 || shapes.v_layers == 0 {
+        return Err("--layers and --vision-layers must be at least 1".into());
+    }
     let mut src = FileSource::open(&tokenizer_from).map_err(|e| err(&tokenizer_from, e))?;
     let tok = Gguf::read(&mut src).map_err(|e| err(&tokenizer_from, e))?;
     std::fs::create_dir_all(&out).map_err(|e| err(&out, e))?;
@@ -123,8 +141,8 @@ pub fn synth_model(args: SynthModelArgs) -> Result<(), String> {
             eprintln!("{name}: {}/{n} tensors", i + 1);
         }
     };
-    let paths = syn::write_pair(&out, &syn::Shapes::medgemma_4b(), &tok, seed, on_tensor)
-        .map_err(|(path, e)| err(&path, e))?;
+    let paths =
+        syn::write_pair(&out, &shapes, &tok, seed, on_tensor).map_err(|(path, e)| err(&path, e))?;
     for path in paths {
         eprintln!("wrote {}", path.display());
     }
