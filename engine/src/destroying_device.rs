@@ -181,6 +181,22 @@ fn buffer_binding<'a>(b: &wgpu::BufferBinding<'a>) -> wgpu::BufferBinding<'a> {
     }
 }
 
+/// The real buffers of `buffers`' transitions; texture transitions are refused.
+fn buffer_transitions_only<'a, T>(
+    buffers: &mut dyn Iterator<Item = wgpu::wgt::BufferTransition<&'a DispatchBuffer>>,
+    textures: &mut dyn Iterator<Item = T>,
+) -> Vec<wgpu::wgt::BufferTransition<&'a wgpu::Buffer>> {
+    if textures.next().is_some() {
+        unsupported("texture transitions");
+    }
+    buffers
+        .map(|t| wgpu::wgt::BufferTransition {
+            buffer: dispatch_buffer(t.buffer),
+            state: t.state,
+        })
+        .collect()
+}
+
 #[derive(Debug)]
 struct Device {
     inner: wgpu::Device,
@@ -864,15 +880,7 @@ impl CommandEncoderInterface for CommandEncoder {
             Item = wgpu::wgt::TextureTransition<&'a DispatchTexture>,
         >,
     ) {
-        if texture_transitions.next().is_some() {
-            unsupported("texture transitions");
-        }
-        let buffers: Vec<_> = buffer_transitions
-            .map(|t| wgpu::wgt::BufferTransition {
-                buffer: dispatch_buffer(t.buffer),
-                state: t.state,
-            })
-            .collect();
+        let buffers = buffer_transitions_only(buffer_transitions, texture_transitions);
         self.with(|e| e.transition_resources(buffers.into_iter(), std::iter::empty()));
     }
 }
@@ -960,15 +968,7 @@ impl ComputePassInterface for ComputePass {
             Item = wgpu::wgt::TextureTransition<&'a DispatchTextureView>,
         >,
     ) {
-        if texture_transitions.next().is_some() {
-            unsupported("texture transitions");
-        }
-        let buffers: Vec<_> = buffer_transitions
-            .map(|t| wgpu::wgt::BufferTransition {
-                buffer: dispatch_buffer(t.buffer),
-                state: t.state,
-            })
-            .collect();
+        let buffers = buffer_transitions_only(buffer_transitions, texture_transitions);
         self.0
             .transition_resources(buffers.into_iter(), std::iter::empty());
     }

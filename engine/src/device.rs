@@ -241,37 +241,6 @@ pub fn submit_writes(device: &Device) {
     });
 }
 
-/// Runs `encode` (a vision-tower pass) apart from the browser's pool, then gives that pool's
-/// free pages back to the device. In a pool of one page per allocation (the browser's, or
-/// natively with `REXVQA_EXCLUSIVE_POOL=1`) the tower's activations, sizes the decoder never
-/// asks for (4,096 patches wide at 896 px), were left as free pages that the decoder's smaller
-/// requests took while its larger ones made new pages; and each study's prompts, of other
-/// lengths than the last study's, did the same to the last study's free pages. So the tower's
-/// buffers are CubeCL dedicated allocations, each returned to the device once freed, and the
-/// pool starts each image with no free page. Dry runs, MedGemma 4B, bench/device's bvn-4b
-/// options: the Benchmark's peak 4.229 -> 3.727 GB (native's 3.796 GB); forty studies scored as
-/// the evaluation scores them, 3.758 -> 3.574 GB at most and flat (native's 3.661 GB). The
-/// price is a buffer created per tower allocation (~630 at 4B) and the next prompt's
-/// temporaries made again, once an image. It frees memory in a browser only because the
-/// browser's device destroys what CubeCL releases ([`crate::destroying_device`]): wgpu alone
-/// leaves each released buffer to a garbage collection, 9-10 s later. Natively the sliced pool
-/// reuses any size, and the same change made its peak 8 MB larger: left as it is there, and on
-/// the CPU.
-pub fn encode_apart<R: Send>(device: &Device, encode: impl FnOnce() -> R + Send) -> R {
-    let burn::backend::DispatchDevice::Cube(d) = device.as_dispatch() else {
-        return encode();
-    };
-    if !exclusive_pool_requested() {
-        return encode();
-    }
-    let client = d.client();
-    let out = client.memory_dedicated_allocation((), |()| encode());
-    // Refused only while a graph records, which the engine never does; the pages then wait
-    // for the pool's own periodic cleanup, as before.
-    let _ = client.memory_cleanup();
-    out
-}
-
 /// Calls `f` with the browser's message when the WebGPU device opened by [`wgpu_async`] is
 /// lost (driver reset, GPU process crash, GPU switch): every buffer on it, the weights
 /// included, is gone, and the runtime cannot open another in this wasm instance, so the caller

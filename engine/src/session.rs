@@ -193,8 +193,7 @@ impl Model {
 
     /// Projected image features `[tokens_per_image, hidden]` of a preprocessed image.
     pub fn encode_image(&self, pixels: &[f32]) -> Result<Tensor<2>, ModelError> {
-        let vision = self.vision()?;
-        crate::device::encode_apart(self.device(), || vision.encode(pixels))
+        self.vision()?.encode(pixels)
     }
 
     /// Token ids of a rendered prompt (special tokens written literally, one `<start_of_image>`
@@ -312,14 +311,12 @@ impl<'m> Session<'m> {
     }
 
     /// Moves on to another study: nothing cached so far is used again, and it is dropped once
-    /// this study's first image is encoded (or its first prompt runs), not now, so that in the
-    /// browser's pool (a page per allocation) the new study's KV takes the old KV's pages rather
-    /// than new buffers. Dropped first, before the vision tower ran apart from that pool
-    /// (`device::encode_apart`), the old pages went to the next encode's temporaries, whose own
-    /// pages then sat free while the new KV made new ones: scoring MedGemma 4B studies in a row
-    /// reserved 3.707, 3.810, 3.937 and 4.076 GB after the first four (1.113x native's flat
-    /// 3.661 GB); dropped after the encode, at most 3.758 GB over 40. With the tower apart, both
-    /// orders hold it flat (3.574 GB this way, 3.569 GB dropping first; dry runs,
+    /// this study's first image is encoded (or its first prompt runs), not now. In the browser's
+    /// pool (a page per allocation) the old features' and KV's pages, freed first, were taken
+    /// by the next image encode's temporaries, whose own pages then sat free while the new
+    /// study's KV made new ones: scoring MedGemma 4B studies in a row reserved 3.707, 3.810,
+    /// 3.937 and 4.076 GB after the first four (1.113x native's flat 3.661 GB); dropped after
+    /// the encode, at most 3.758 GB over 40 studies (1.027x). Natively unchanged (dry runs,
     /// examples/pool_memory.rs `--studies`). On the CPU, where freed memory serves any size
     /// and a wasm32 4B pair has little to spare, the cache is dropped now.
     pub fn next_study(&mut self) {

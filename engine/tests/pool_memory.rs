@@ -126,8 +126,7 @@ fn browser_pool_holds_a_study_near_native_memory() {
     );
     let (first, most) = (browser_studies[0], *browser_studies.iter().max().unwrap());
     let growth = most as f64 / first as f64;
-    // Measured 1.0185x (1.1307 -> 1.1517 GB, then 1.1489) on lavapipe; 1.0202x (1.2958 ->
-    // 1.3219 GB) before the vision tower ran apart from the pool, and the same with the last
+    // Measured 1.0202x (1.2958 -> 1.3219 GB, then 1.3030) on lavapipe, the same with the last
     // study released before the next encode: this pair (6 layers) does not show the 4B pair's
     // growth over three studies that `Session::next_study` removed (the test below checks its
     // mechanism), so this bound guards against a study leaving something behind (one study's
@@ -139,43 +138,25 @@ fn browser_pool_holds_a_study_near_native_memory() {
     );
     let names = |p: &PoolPhases| p.phases.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
     assert_eq!(names(&browser), names(&native));
-    // The vision tower runs apart from the browser's pool (`device::encode_apart`), and the
-    // pool's free pages go back after it: an encode leaves nothing unused behind. Measured
-    // 1.10 MB unused after the image, 1.15 MB after the load; before, the tower's activations
-    // stayed as free pages: 159 MB after the image.
-    let unused = |p: &PoolPhases, phase: &str| {
-        let i = p.phases.iter().position(|x| x.0 == phase).unwrap();
-        p.unused[i]
-    };
-    eprintln!(
-        "unused after each phase: browser pool {:?}, native pool {:?}",
-        browser.unused, native.unused
-    );
-    assert!(
-        unused(&browser, "image") <= unused(&browser, "load"),
-        "the browser's pool kept {} B unused after the image encode, {} B after the load",
-        unused(&browser, "image"),
-        unused(&browser, "load")
-    );
     let ratio = browser.peak_bytes as f64 / native.peak_bytes as f64;
     eprintln!(
         "peak reserved: browser pool {} B, native pool {} B ({ratio:.3}x)\nbrowser: {:?}\nnative: {:?}",
         browser.peak_bytes, native.peak_bytes, browser.phases, native.phases
     );
-    // Measured 1.012x (1.231 vs 1.217 GB) on lavapipe; a dry run allocates the same every run.
-    // Before the vision tower ran apart from the pool (`device::encode_apart`), 1.122x
-    // (1.365 GB); before that, with the batched segments' keys concatenated one by one instead
-    // of gathered, 1.130x; with the MLPs also multiplying all rows at once instead of in row
-    // blocks, 1.174x; with each question also copying the session's cache instead of writing
-    // over it, 1.209x; with the batched questions' keys also kept for the whole pass, 1.262x;
-    // with the KV buffers grown layer by layer during the pass, 1.459x. The whole 4B pair
-    // (examples/pool_memory.rs on SwiftShader's ICD): these phases 0.994x (3.774 vs 3.796 GB),
-    // 1.024x before; the whole Benchmark (`--bench`: its decode, profile passes and cold
-    // studies), 0.982x (3.727 vs 3.796 GB), 1.114x before; the same run on the tiny pair and
-    // Gemma 3 270M gave their real SwiftShader peaks within 4 %
+    // Measured 1.122x (1.365 vs 1.217 GB) on lavapipe; a dry run allocates the same every run.
+    // With the batched segments' keys concatenated one by one instead of gathered, 1.130x
+    // (1.375 GB); with the MLPs also multiplying all rows at once instead of in row blocks,
+    // 1.174x (1.585 vs 1.351 GB); with each question also copying the session's cache instead
+    // of writing over it, 1.209x; with the batched questions' keys also kept for the whole pass,
+    // 1.262x; with the KV buffers grown layer by layer during the pass, 1.459x. The whole 4B
+    // pair, where the weights weigh more against the free pages (examples/pool_memory.rs on
+    // SwiftShader's ICD): 1.024x (3.889 vs 3.796 GB), 1.050x (4.127 vs 3.931) before the row
+    // blocks, 1.70x first. Through the whole Benchmark instead (`--bench`: its decode, profile
+    // passes and cold studies, which these phases leave out), 1.114x (4.229 vs 3.796 GB); the
+    // same run on the tiny pair and Gemma 3 270M gives their real SwiftShader peaks within 4 %
     // (bench/results/ci-vm-2core-bench-memory-dry-run.json).
     assert!(
-        ratio <= 1.04,
+        ratio <= 1.15,
         "the browser's pool reserves {ratio:.3}x the native pool's peak; where it sits:\n{:#?}",
         browser.pools
     );

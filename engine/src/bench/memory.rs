@@ -18,10 +18,6 @@ pub struct PoolPhases {
     pub phases: Vec<(String, u64)>,
     /// The most reserved after any phase.
     pub peak_bytes: u64,
-    /// Bytes reserved but not in use after each phase, in the order of `phases`: free pages,
-    /// and pages larger than what they hold.
-    #[serde(default)]
-    pub unused: Vec<u64>,
     /// Each phase's non-empty pools, when asked for: what each holds (to see where an excess
     /// sits).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -43,16 +39,10 @@ pub async fn pool_phases(
 ) -> Result<PoolPhases, ModelError> {
     let device = model.device().clone();
     let reserved = || device.memory_pool_usage().map_or(0, |u| u.bytes_reserved);
-    let unused = || {
-        device
-            .memory_pool_usage()
-            .map_or(0, |u| u.bytes_reserved.saturating_sub(u.bytes_in_use))
-    };
     let mut out = PoolPhases {
         exclusive_pool: crate::device::exclusive_pool_requested(),
         phases: vec![("load".into(), reserved())],
         peak_bytes: 0,
-        unused: vec![unused()],
         pools: Vec::new(),
     };
     let after = |name: String, out: &mut PoolPhases| {
@@ -61,7 +51,6 @@ pub async fn pool_phases(
                 .push((name.clone(), crate::device::pool_lines(&device)));
         }
         out.phases.push((name, reserved()));
-        out.unused.push(unused());
     };
     let _dry = DryRun::new();
     let features = match &model.vision {
