@@ -464,7 +464,8 @@ impl DeviceInterface for Device {
                 submission_index,
                 timeout,
             } => wgpu::PollType::Wait {
-                // A submission already forgotten has completed: waiting for the newest is safe.
+                // A submission no longer remembered is older than the newest, so waiting for the
+                // newest covers it.
                 submission_index: submission_index.and_then(|i| {
                     let s = lock(&self.shared);
                     s.submissions

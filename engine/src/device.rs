@@ -111,11 +111,12 @@ pub fn wgpu() -> Result<Device, DeviceError> {
             let (d, queue) = if destroying_requested() {
                 let setup = pollster::block_on(destroying_setup())?;
                 let queue = setup.queue.clone();
-                let mut o = Device::wgpu_options().setup(setup);
-                if exclusive_pool_requested() {
-                    o = o.memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages);
-                }
-                (o.init().map_err(|e| DeviceError(format!("{e:?}")))?, queue)
+                // `setup` keeps the memory configuration chosen above.
+                let d = options
+                    .setup(setup)
+                    .init()
+                    .map_err(|e| DeviceError(format!("{e:?}")))?;
+                (d, queue)
             } else {
                 let (d, setup) = options
                     .init_with_setup()
@@ -301,7 +302,8 @@ pub fn exclusive_pool_requested() -> bool {
 }
 
 /// Gives the free pages of `device`'s memory pools back (CubeCL's `memory_cleanup`): with the
-/// browser's device they are destroyed at the next submit. Nothing on the CPU.
+/// browser's device they are destroyed once every encoder created before the release has been
+/// submitted. Nothing on the CPU.
 pub fn release_free_memory(device: &Device) -> Result<(), DeviceError> {
     match device.as_dispatch() {
         burn::backend::DispatchDevice::Cube(d) => d

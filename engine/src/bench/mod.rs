@@ -93,7 +93,8 @@ pub struct BenchReport {
     pub device_bytes_after_load: Option<u64>,
     /// The most device memory reserved at any stage of the run (GPU backends; None on the CPU):
     /// CubeCL's count. A buffer CubeCL gives back leaves it at once; the browser's device
-    /// destroys it at the next submit ([`crate::destroying_device`]), where wgpu alone left it
+    /// destroys it once every encoder created before the release has been submitted
+    /// ([`crate::destroying_device`]), where wgpu alone left it
     /// to a garbage collection seconds later (at 4B the Benchmark gives back ~350 MB during its
     /// run, by a dry run's count: `bench/results/ci-vm-2core-browser-pool-releases-dry-run.json`).
     /// The GPU kit's `nvidia-smi` figure counts what the device really holds.
