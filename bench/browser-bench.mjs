@@ -61,8 +61,10 @@ try {
   if (a.profile) await page.getByTestId('bench-profile').check();
   const tracing = a.trace ? await startTrace(tracePort) : null;
   rss.phase('benchmark');
+  const clicked = Date.now();
   await page.getByTestId('bench-run').click();
   await page.getByTestId('bench-results').waitFor({ timeout: 3_600_000 });
+  const done = Date.now();
   rss.stop();
   if (tracing) {
     // A second CDP client takes over the browser's download behaviour, so a traced run keeps the
@@ -76,6 +78,9 @@ try {
   j.dist = a.dist;
   j.console_errors = problems;
   j.chromium_rss = { peak_bytes: rss.peak, peak_bytes_by_phase: rss.phases };
+  // Wall-clock bounds of the run, to set results.memory_by_stage (times from the run's start)
+  // against a memory trace taken outside the browser (bench/device's nvidia-smi samples).
+  j.bench_window_unix_ms = [clicked, done];
   writeFileSync(a.out, `${JSON.stringify(j, null, 2)}\n`);
   const r = j.results;
   console.log(`${a.dist}: prefill ${JSON.stringify(r.prefill)} tok/s, decode ${r.decode_tokens_per_s?.toFixed(2)} tok/s, ` +

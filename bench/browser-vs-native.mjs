@@ -5,7 +5,10 @@
 //
 //   node bench/browser-vs-native.mjs --dist DIST --bin target/release/rexvqa --model M.gguf
 //     [--mmproj MM.gguf] [--prefill 64] [--decode 16] [--official 4] [--kernel-rows ''] [--runs 1]
-//     [--profile] [--icd /usr/lib/chromium/vk_swiftshader_icd.json] --out r.json
+//     [--profile] [--icd /usr/lib/chromium/vk_swiftshader_icd.json] [--flags='--enable-dawn-features=...']
+//     --out r.json
+//
+// --flags are Chromium's extra command-line flags for the browser side (browser-bench.mjs's).
 //
 // --profile has both sides time every launch of a token, a prefill pass and an image encode on its
 // own, and adds `kernels`: each pass's device time by kernel on the two sides (the first run of
@@ -24,7 +27,7 @@ const { values: a } = parseArgs({
     decode: { type: 'string', default: '16' }, official: { type: 'string', default: '4' },
     runs: { type: 'string', default: '1' }, 'kernel-rows': { type: 'string', default: '' },
     icd: { type: 'string', default: '/usr/lib/chromium/vk_swiftshader_icd.json' }, out: { type: 'string' },
-    profile: { type: 'boolean', default: false },
+    profile: { type: 'boolean', default: false }, flags: { type: 'string', default: '' },
   },
 });
 if (!a.bin || !a.model || !a.out) throw new Error('--bin, --model and --out are required');
@@ -38,6 +41,7 @@ function browser(run) {
     '--prefill', a.prefill, '--decode', a.decode, '--official', a.official, '--kernel-rows', a['kernel-rows'], '--out', out];
   if (a.mmproj) args.push('--mmproj', a.mmproj);
   if (a.profile) args.push('--profile');
+  if (a.flags) args.push(`--flags=${a.flags}`);
   execFileSync(process.execPath, args, { stdio: 'inherit' });
   return JSON.parse(readFileSync(out, 'utf8'));
 }

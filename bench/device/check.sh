@@ -14,7 +14,7 @@ for f in bench/device/run.sh bench/device/pack.sh bench/device/collect.sh bench/
   bash -n "$f" || fail "$f: syntax"
 done
 # (ast.parse, not py_compile: nothing written into the tree.)
-python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' bench/device/summarize.py bench/device/tokenizer_gguf.py bench/device/summarize_browser.py
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' bench/device/summarize.py bench/device/tokenizer_gguf.py bench/device/summarize_browser.py bench/device/memory_timeline.py
 
 plan=$(OUT=/nonexistent bench/device/run.sh --dry-run)
 for step in synth selftest bench-kernels bench-wgpu llama-bench llama-mtmd calibrate first-answer bench-one-submit bench-tile4 bench-variants; do

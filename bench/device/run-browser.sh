@@ -25,15 +25,18 @@
 #              prefill gap, 0.40x on an H200, named by kernel)
 # $OUT gets browser-summary.json (each step's status and the ratios), browser.tar (every step's
 # JSON and log) and trace-summary.json; all are rewritten after each step. Where nvidia-smi is
-# there, each step also samples every process's GPU memory twice a second: the step's summary
-# gets the most the browser's processes and the others (rexvqa) held. CubeCL's own figure
-# (peak_device_bytes) cannot see buffers it released: in a browser those stay until a garbage
-# collection (bench/gpubuffer-gc.mjs, #33).
+# there, each step also samples every process's GPU memory four times a second, each line led by
+# its Unix time (logs/STEP.gpu-memory.csv: time, pid, process, MiB): the step's summary gets the
+# most the browser's processes and the others (rexvqa) held, and the browser's JSON its run's
+# wall-clock window (bench_window_unix_ms) and CubeCL's count by stage (results.memory_by_stage),
+# to set side by side (bench/device/memory_timeline.py).
 #
 # Environment: OUT (required), BKIT_DIR (where the carried parts are; default bench/device/bkit), BKIT_WORK (default /opt/rexvqa-browser), KIT_WORK (the native kit's
 # scratch folder; its env.sh gives the Vulkan set-up, rexvqa and the 4B pair), BROWSER_GPU=0 (no GPU
 # flags: the check on a CPU machine, SwiftShader), BROWSER_ICD and BROWSER_REX (without a native
-# kit: the ICD file and rexvqa binary the native side uses).
+# kit: the ICD file and rexvqa binary the native side uses), BROWSER_FLAGS (more Chromium flags for
+# the bvn steps' browser side, e.g. --enable-dawn-features=disable_resource_suballocation),
+# BROWSER_PROFILE=0 (bvn-4b without the kernel profile passes).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BW=${BKIT_WORK:-/opt/rexvqa-browser}
@@ -148,11 +151,15 @@ rm -rf "$RES" && mkdir -p "$RES/logs"
 SUMMARY=""
 ship() {
   tar -C "$RES" -cf "$OUT/.browser.tar.tmp" . && mv -f "$OUT/.browser.tar.tmp" "$OUT/browser.tar"
-  printf '{"what": "bench/device/run-browser.sh", "gpu_flags": "%s", "icd": "%s", "kit": %s,\n "steps": [%s]}\n' \
-    "$GPU_FLAGS" "$ICD" "$(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$BW/manifest.txt" 2>/dev/null || echo null)" \
+  printf '{"what": "bench/device/run-browser.sh", "gpu_flags": "%s", "browser_flags": "%s", "profile": %s, "icd": "%s", "kit": %s,\n "steps": [%s]}\n' \
+    "$GPU_FLAGS" "${BROWSER_FLAGS:-}" "$([ "${BROWSER_PROFILE:-1}" = 0 ] && echo false || echo true)" "$ICD" "$(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$BW/manifest.txt" 2>/dev/null || echo null)" \
     "$SUMMARY" >"$OUT/browser-summary.json"
 }
-gpu_memory() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null || true; }
+gpu_memory() {
+  local now
+  now=$(date +%s.%N)
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null | sed "s/^/${now:0:14}, /" || true
+}
 step() {
   local name=$1 budget=$2
   shift 2
@@ -168,7 +175,7 @@ step() {
   say "$name: up to ${budget}s"
   local t0=$SECONDS rc=0 sampler="" mem=""
   if command -v nvidia-smi >/dev/null 2>&1; then
-    while :; do gpu_memory; sleep 0.5; done >"$RES/logs/$name.gpu-memory.csv" &
+    while :; do gpu_memory; sleep 0.25; done >"$RES/logs/$name.gpu-memory.csv" &
     sampler=$!
   fi
   timeout -k 10 "$budget" "$@" >"$RES/logs/$name.log" 2>&1 || rc=$?
@@ -177,7 +184,7 @@ step() {
     wait "$sampler" 2>/dev/null || true
     # One sample after the step, so a step shorter than the period has one too.
     gpu_memory >>"$RES/logs/$name.gpu-memory.csv"
-    mem=$(awk -F', *' '$3 ~ /^[0-9]+$/ { side = ($2 ~ /chrom/) ? "browser" : "native"; if ($3 > m[side]) m[side] = $3 }
+    mem=$(awk -F', *' '$NF ~ /^[0-9]+$/ { side = ($3 ~ /chrom/) ? "browser" : "native"; if ($NF > m[side]) m[side] = $NF }
       END { printf ", \"gpu_memory_max_mib\": {\"browser\": %d, \"native\": %d}", m["browser"], m["native"] }' \
       "$RES/logs/$name.gpu-memory.csv")
   fi
@@ -192,7 +199,7 @@ mkdir -p "$tiny"
 for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf; do gzip -dc "$ROOT/tests/fixtures/models/$f.gz" >"$tiny/$f"; done
 cd "$ROOT"
 step bvn-tiny 150 node bench/browser-vs-native.mjs --dist "$DIST" --bin "$R/rexvqa.sh" --icd "$ICD" \
-  --model "$tiny/tiny-q8_0.gguf" --mmproj "$tiny/tiny-q8_0-mmproj.gguf" --prefill 64 --decode 64 --official 0 \
+  --flags="${BROWSER_FLAGS:-}" --model "$tiny/tiny-q8_0.gguf" --mmproj "$tiny/tiny-q8_0-mmproj.gguf" --prefill 64 --decode 64 --official 0 \
   --kernel-rows 1 --out "$RES/bvn-tiny.json"
 
 trace_tiny() {
@@ -208,9 +215,11 @@ step trace-tiny 120 bash -c trace_tiny
 
 model=$(ls "${KIT_WORK:-/nonexistent}"/synthetic/medgemma-4b-synthetic-Q4_K_M.gguf 2>/dev/null || true)
 if [ -n "$model" ]; then
+  profile=--profile
+  [ "${BROWSER_PROFILE:-1}" = 0 ] && profile=""
   step bvn-4b 330 node bench/browser-vs-native.mjs --dist "$DIST" --bin "$R/rexvqa.sh" --icd "$ICD" \
-    --model "$model" --mmproj "$(dirname "$model")/mmproj-medgemma-4b-synthetic-F16.gguf" --prefill 300 --decode 32 \
-    --official 0 --kernel-rows 1 --profile --out "$RES/bvn-4b.json"
+    --flags="${BROWSER_FLAGS:-}" --model "$model" --mmproj "$(dirname "$model")/mmproj-medgemma-4b-synthetic-F16.gguf" \
+    --prefill 300 --decode 32 --official 0 --kernel-rows 1 $profile --out "$RES/bvn-4b.json"
 else
   say "bvn-4b: skipped, no synthetic 4B pair under KIT_WORK"
 fi

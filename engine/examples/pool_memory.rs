@@ -93,6 +93,8 @@ fn main() -> Result<(), String> {
                 "exclusive_pool": device::exclusive_pool_requested(),
                 "device_bytes_after_load": r.device_bytes_after_load,
                 "peak_device_bytes": r.peak_device_bytes,
+                "peak_buffer_bytes": r.peak_buffer_bytes,
+                "memory_by_stage": r.memory_by_stage,
             })
         );
         return Ok(());

@@ -35,10 +35,25 @@ use wgpu::custom::{
 pub struct Counts {
     /// Buffers created.
     pub created: u64,
+    /// The bytes of those.
+    #[serde(default)]
+    pub created_bytes: u64,
     /// Buffers destroyed after CubeCL released them.
     pub destroyed: u64,
     /// The bytes of those.
     pub destroyed_bytes: u64,
+    /// The most bytes of buffers created and not yet destroyed at once, since the process
+    /// started or the last [`reset_peak`]: what the device holds for us, where CubeCL's count
+    /// leaves out what it released and the wrapper has not destroyed yet.
+    #[serde(default)]
+    pub peak_live_bytes: u64,
+}
+
+impl Counts {
+    /// Bytes of the buffers created and not yet destroyed.
+    pub fn live_bytes(&self) -> u64 {
+        self.created_bytes - self.destroyed_bytes
+    }
 }
 
 /// The counts so far, over every wrapped device of this process.
@@ -46,10 +61,18 @@ pub fn counts() -> Counts {
     *COUNTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Starts [`Counts::peak_live_bytes`] again from the bytes live now.
+pub fn reset_peak() {
+    let mut c = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    c.peak_live_bytes = c.live_bytes();
+}
+
 static COUNTS: Mutex<Counts> = Mutex::new(Counts {
     created: 0,
+    created_bytes: 0,
     destroyed: 0,
     destroyed_bytes: 0,
+    peak_live_bytes: 0,
 });
 
 /// Wraps `device` and `queue` (one pair from one `request_device`) so that the buffers created
@@ -354,7 +377,11 @@ impl DeviceInterface for Device {
     }
 
     fn create_buffer(&self, desc: &wgpu::BufferDescriptor<'_>) -> DispatchBuffer {
-        COUNTS.lock().unwrap_or_else(|e| e.into_inner()).created += 1;
+        let mut c = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+        c.created += 1;
+        c.created_bytes += desc.size;
+        c.peak_live_bytes = c.peak_live_bytes.max(c.live_bytes());
+        drop(c);
         DispatchBuffer::custom(Buffer {
             inner: self.inner.create_buffer(desc),
             shared: self.shared.clone(),

@@ -20,6 +20,20 @@ pub use kernels::{KernelTiming, MAX_REPS, MIN_TIMED_MS, kernel_survey, next_reps
 use kernels::{time_kernel, timed_at};
 pub use memory::{PoolPhases, pool_phases, study_flow};
 
+/// Device memory at the end of one stage of the harness.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPoint {
+    /// The stage just finished.
+    pub stage: String,
+    /// Milliseconds since the run started.
+    pub t_ms: f64,
+    /// CubeCL's reserved bytes (None on the CPU).
+    pub reserved: Option<u64>,
+    /// Bytes of buffers the wrapped device holds, released ones not yet destroyed included
+    /// (None where the device is not wrapped).
+    pub live: Option<u64>,
+}
+
 /// Measured figures (times in milliseconds, rates per second).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct BenchReport {
@@ -103,6 +117,17 @@ pub struct BenchReport {
     /// their bytes (None where the device is not wrapped: natively, and on the CPU).
     #[serde(default)]
     pub buffers_destroyed: Option<(u64, u64)>,
+    /// The most bytes of buffers the browser's device held at once during the run, the
+    /// released ones not yet destroyed included (None where the device is not wrapped): what
+    /// our stack asks of the browser, against which the GPU process's own figure shows what
+    /// the browser adds.
+    #[serde(default)]
+    pub peak_buffer_bytes: Option<u64>,
+    /// CubeCL's count, and the wrapped device's live buffer bytes, at the end of each stage of
+    /// the run, with the time from the run's start: to set against a memory trace taken
+    /// outside (`nvidia-smi` in the GPU kit).
+    #[serde(default)]
+    pub memory_by_stage: Vec<MemoryPoint>,
     /// Each weight shape of the model multiplied on its own, with every kernel the device has.
     pub kernels: Vec<KernelTiming>,
     /// The GPU adapter the run used and the features its kernels could use (None on the CPU).
@@ -664,12 +689,23 @@ pub async fn run(
         ..Default::default()
     };
     let destroyed_before = crate::destroying_device::counts();
+    crate::destroying_device::reset_peak();
+    let wrapped = destroyed_before.created > 0;
+    let start = clock.now_ms();
     let mut peak = r.device_bytes_after_load;
-    let mut sample = |model: &Model| {
-        peak = match (peak, device_bytes(model)) {
+    let mut stages = Vec::new();
+    let mut sample = |model: &Model, stage: &str| {
+        let reserved = device_bytes(model);
+        peak = match (peak, reserved) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
+        stages.push(MemoryPoint {
+            stage: stage.to_string(),
+            t_ms: clock.now_ms() - start,
+            reserved,
+            live: wrapped.then(|| crate::destroying_device::counts().live_bytes()),
+        });
     };
     // Without an mmproj only the text figures are measured (the image and question ones stay 0),
     // which is what a text-only GGUF can be compared with llama-bench on.
@@ -702,6 +738,9 @@ pub async fn run(
         }
         None => None,
     };
+    if image.is_some() {
+        sample(model, "image encodes");
+    }
 
     for &n in &opts.prefill_lengths {
         let ids = filler_ids(model, n);
@@ -720,7 +759,7 @@ pub async fn run(
         r.prefill
             .push((n, n as f64 / ((clock.now_ms() - t) / 1000.0)));
     }
-    sample(model);
+    sample(model, "prefills");
 
     let mut cache = model.decoder.new_cache();
     let prompt = match &image {
@@ -761,7 +800,7 @@ pub async fn run(
     r.decode_tokens_per_s = opts.decode_tokens as f64 / ((done - t) / 1000.0);
     r.decode_issue_ms_per_token = (issued - t) / opts.decode_tokens.max(1) as f64;
     r.decode_wait_ms = done - issued;
-    sample(model);
+    sample(model, "decode");
     drop(cache);
 
     if crate::device::queues_work(model.device()) {
@@ -785,7 +824,7 @@ pub async fn run(
                 other => other?,
             },
         );
-        sample(model);
+        sample(model, "profile passes");
     }
 
     let mut matrices = model.decoder.matrices();
@@ -820,11 +859,13 @@ pub async fn run(
             }
         }
     }
-    sample(model);
+    sample(model, "kernel timings");
 
     let Some((pixels, _)) = image else {
         r.peak_device_bytes = peak;
+        r.memory_by_stage = stages;
         r.buffers_destroyed = destroyed_since(destroyed_before);
+        r.peak_buffer_bytes = wrapped.then(|| crate::destroying_device::counts().peak_live_bytes);
         r.set_counts(
             count_passes(model, opts.questions).await?,
             model.decoder.weight_bytes_per_token(),
@@ -846,6 +887,7 @@ pub async fn run(
             .await?;
     }
     r.fast_questions_per_s = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
+    sample(model, "a study, one question at a time");
 
     let t = clock.now_ms();
     for q in 0..opts.questions {
@@ -855,6 +897,7 @@ pub async fn run(
             .await?;
     }
     r.fast_questions_per_s_cold = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
+    sample(model, "cold studies");
 
     let t = clock.now_ms();
     let mut batched = Session::new(model);
@@ -864,6 +907,7 @@ pub async fn run(
         .score_many(&prompts, std::slice::from_ref(&f))
         .await?;
     r.fast_questions_per_s_batched = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
+    sample(model, "a study batched");
 
     let t = clock.now_ms();
     let c = launches::count();
@@ -881,9 +925,11 @@ pub async fn run(
     if crate::device::queues_work(model.device()) {
         r.official_reads_per_token = Some(reads as f64 / out.len().max(1) as f64);
     }
-    sample(model);
+    sample(model, "official question");
     r.peak_device_bytes = peak;
+    r.memory_by_stage = stages;
     r.buffers_destroyed = destroyed_since(destroyed_before);
+    r.peak_buffer_bytes = wrapped.then(|| crate::destroying_device::counts().peak_live_bytes);
     r.set_counts(
         count_passes(model, opts.questions).await?,
         model.decoder.weight_bytes_per_token(),
