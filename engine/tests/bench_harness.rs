@@ -102,8 +102,28 @@ fn every_figure_is_measured_with_the_mmproj() {
         r.kernels.iter().filter(|k| k.m == 16).count() + 1,
         r.kernels.iter().filter(|k| k.m == 1).count()
     );
-    // The CPU backend reports no device memory.
+    // The CPU backend reports no device memory, but every stage's end, in order.
     assert_eq!(r.peak_device_bytes, None);
+    assert_eq!(r.peak_buffer_bytes, None);
+    let stages: Vec<&str> = r.memory_by_stage.iter().map(|p| &p.stage[..]).collect();
+    assert_eq!(
+        stages,
+        [
+            "image encodes",
+            "prefills",
+            "decode",
+            "kernel timings",
+            "a study, one question at a time",
+            "cold studies",
+            "a study batched",
+            "official question"
+        ]
+    );
+    assert!(
+        r.memory_by_stage
+            .windows(2)
+            .all(|w| w[0].t_ms <= w[1].t_ms && w[1].reserved.is_none() && w[1].live.is_none())
+    );
     assert_eq!(r.adapter, None, "the CPU has no adapter");
     // Nor dispatches: nothing launches through CubeCL there (nor its chain of them).
     assert_eq!((r.dispatches_per_token, r.counts.is_none()), (None, true));

@@ -26,6 +26,10 @@ struct ChildResult {
     logits: Vec<Vec<f32>>,
     /// The wrapper's counts at the end.
     counts: Counts,
+    /// CubeCL's reserved bytes at the end.
+    reserved: u64,
+    /// The live-bytes peak right after `reset_peak`.
+    peak_after_reset: u64,
 }
 
 fn child() {
@@ -57,9 +61,13 @@ fn child() {
             logits
         })
         .collect();
+    let counts = rexvqa_engine::destroying_device::counts();
+    rexvqa_engine::destroying_device::reset_peak();
     let result = ChildResult {
         logits,
-        counts: rexvqa_engine::destroying_device::counts(),
+        counts,
+        reserved: device.memory_pool_usage().map_or(0, |u| u.bytes_reserved),
+        peak_after_reset: rexvqa_engine::destroying_device::counts().peak_live_bytes,
     };
     println!("{MARK}{}", serde_json::to_string(&result).unwrap());
 }
@@ -106,6 +114,20 @@ fn destroying_device_matches_the_plain_device() {
         wrapped.counts.destroyed > 0,
         "the wrapped device destroyed no buffer: CubeCL's released buffers would wait for a \
          garbage collection in a browser"
+    );
+    // Every page CubeCL reserves is a buffer the wrapper created and has not destroyed; what
+    // the wrapper holds beyond them is released buffers waiting for their encoders.
+    let c = wrapped.counts;
+    assert!(
+        c.created_bytes >= c.destroyed_bytes && c.live_bytes() >= wrapped.reserved,
+        "{c:?}: live bytes below CubeCL's {} reserved",
+        wrapped.reserved
+    );
+    assert!(c.peak_live_bytes >= c.live_bytes() && c.peak_live_bytes > wrapped.reserved);
+    assert_eq!(
+        wrapped.peak_after_reset,
+        c.live_bytes(),
+        "reset_peak starts the peak from the bytes live now"
     );
     assert_eq!(wrapped.logits.len(), plain.logits.len());
     for (round, (w, p)) in wrapped.logits.iter().zip(&plain.logits).enumerate() {

@@ -34,6 +34,17 @@ test('browser-vs-native: both sides measured, ratios written', { timeout: 600_00
       }
       assert.ok(Number.isFinite(r.ratios[k]) && r.ratios[k] > 0, `ratio ${k}: ${r.ratios[k]}`);
     }
+    // Memory by stage: the browser's WebGPU device is the wrapped one, so it reports the buffers
+    // it holds, which never fall below the pages CubeCL reserves; natively nothing is wrapped.
+    const b = r.browser_runs[0];
+    assert.ok(b.bench_window_unix_ms[1] > b.bench_window_unix_ms[0]);
+    assert.ok(b.results.peak_buffer_bytes >= b.results.peak_device_bytes, JSON.stringify(b.results.peak_buffer_bytes));
+    assert.ok(b.results.memory_by_stage.length >= 4);
+    for (const p of b.results.memory_by_stage) {
+      assert.ok(p.reserved > 0 && p.live >= p.reserved && p.t_ms > 0, JSON.stringify(p));
+    }
+    assert.equal(r.native_runs[0].results.peak_buffer_bytes, null);
+    assert.ok(r.native_runs[0].results.memory_by_stage.every((p) => p.reserved > 0 && p.live === null));
     // --profile: a token's and the prefill's device time by kernel on both sides, the same
     // kernels on each (one engine), every one timed.
     assert.deepEqual(Object.keys(r.kernels), ['token', 'prefill 32']);
