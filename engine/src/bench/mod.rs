@@ -862,14 +862,13 @@ pub async fn run(
     sample(model, "kernel timings");
 
     let Some((pixels, _)) = image else {
+        let pc = count_passes(model, opts.questions).await?;
+        sample(model, "dispatch counts (dry run)");
         r.peak_device_bytes = peak;
         r.memory_by_stage = stages;
         r.buffers_destroyed = destroyed_since(destroyed_before);
         r.peak_buffer_bytes = wrapped.then(|| crate::destroying_device::counts().peak_live_bytes);
-        r.set_counts(
-            count_passes(model, opts.questions).await?,
-            model.decoder.weight_bytes_per_token(),
-        );
+        r.set_counts(pc, model.decoder.weight_bytes_per_token());
         return Ok(r);
     };
 
@@ -926,13 +925,12 @@ pub async fn run(
         r.official_reads_per_token = Some(reads as f64 / out.len().max(1) as f64);
     }
     sample(model, "official question");
+    let pc = count_passes(model, opts.questions).await?;
+    sample(model, "dispatch counts (dry run)");
     r.peak_device_bytes = peak;
     r.memory_by_stage = stages;
     r.buffers_destroyed = destroyed_since(destroyed_before);
     r.peak_buffer_bytes = wrapped.then(|| crate::destroying_device::counts().peak_live_bytes);
-    r.set_counts(
-        count_passes(model, opts.questions).await?,
-        model.decoder.weight_bytes_per_token(),
-    );
+    r.set_counts(pc, model.decoder.weight_bytes_per_token());
     Ok(r)
 }
