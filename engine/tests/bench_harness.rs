@@ -114,9 +114,10 @@ fn every_figure_is_measured_with_the_mmproj() {
             "decode",
             "kernel timings",
             "a study, one question at a time",
+            "official question",
             "cold studies",
             "a study batched",
-            "official question"
+            "dispatch counts (dry run)"
         ]
     );
     assert!(
