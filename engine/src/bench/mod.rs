@@ -687,8 +687,10 @@ async fn give_back_free_pages(model: &Model) -> Result<(), ModelError> {
     if !crate::device::queues_work(device) {
         return Ok(());
     }
-    let w = Tensor::<1>::ones([4], device);
-    let y = crate::kernels::rows::rms_norm(Tensor::<2>::ones([1, 4], device), &w, None, 1e-6);
+    // One row of the model's width: the shape [`dispatch_chain`] launches on every adapter.
+    let d = model.decoder.cfg.hidden;
+    let w = Tensor::<1>::ones([d], device);
+    let y = crate::kernels::rows::rms_norm(Tensor::<2>::ones([1, d], device), &w, None, 1e-6);
     sync(model).await?;
     drop(y);
     Ok(())
