@@ -50,9 +50,10 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Bytes of the buffers created and not yet destroyed.
+    /// Bytes of the buffers created and not yet destroyed. Saturating: a buffer destroyed
+    /// explicitly and then dropped is counted destroyed twice (CubeCL never does the first).
     pub fn live_bytes(&self) -> u64 {
-        self.created_bytes - self.destroyed_bytes
+        self.created_bytes.saturating_sub(self.destroyed_bytes)
     }
 }
 
