@@ -664,18 +664,6 @@ pub async fn profile_passes(
     })
 }
 
-/// The buffers a wrapped device destroyed since `before`, and their bytes; None when no device
-/// of this process is wrapped.
-fn destroyed_since(before: crate::destroying_device::Counts) -> Option<(u64, u64)> {
-    let now = crate::destroying_device::counts();
-    (now.created > 0).then(|| {
-        (
-            now.destroyed - before.destroyed,
-            now.destroyed_bytes - before.destroyed_bytes,
-        )
-    })
-}
-
 /// Gives the pools' free pages back ([`crate::device::release_free_memory`]) and has a wrapped
 /// device destroy them now: CubeCL keeps its command encoder open until it has work to submit,
 /// and a released buffer waits for every encoder older than its release, so one small launch,
@@ -881,23 +869,45 @@ pub async fn run(
     }
     sample(model, "kernel timings");
 
-    let Some((pixels, _)) = image else {
-        give_back_free_pages(model).await?;
-        let pc = count_passes(model, opts.questions).await?;
-        sample(model, "dispatch counts (dry run)");
-        give_back_free_pages(model).await?;
-        r.peak_device_bytes = peak;
-        r.memory_by_stage = stages;
-        r.buffers_destroyed = destroyed_since(destroyed_before);
-        r.peak_buffer_bytes = wrapped.then(|| crate::destroying_device::counts().peak_live_bytes);
-        r.set_counts(pc, model.decoder.weight_bytes_per_token());
-        return Ok(r);
-    };
+    if let Some((pixels, _)) = image {
+        studies(model, opts, &pixels, &mut r, clock, &mut sample).await?;
+    }
 
+    // The dispatch counts come from fresh passes under a dry run. In the browser's pool they
+    // made pages of their own on top of those the timed stages left free (~700 MiB more at 4B
+    // on an H200), so the free pages are given back before them, and theirs after.
+    give_back_free_pages(model).await?;
+    let pc = count_passes(model, opts.questions).await?;
+    sample(model, "dispatch counts (dry run)");
+    give_back_free_pages(model).await?;
+    r.peak_device_bytes = peak;
+    r.memory_by_stage = stages;
+    if wrapped {
+        let now = crate::destroying_device::counts();
+        r.buffers_destroyed = Some((
+            now.destroyed - destroyed_before.destroyed,
+            now.destroyed_bytes - destroyed_before.destroyed_bytes,
+        ));
+        r.peak_buffer_bytes = Some(now.peak_live_bytes);
+    }
+    r.set_counts(pc, model.decoder.weight_bytes_per_token());
+    Ok(r)
+}
+
+/// The harness's studies on the encoded test image: one question at a time with the prompt
+/// prefix cached, its official question, cold studies and a batched one.
+async fn studies(
+    model: &Model,
+    opts: &BenchOptions,
+    pixels: &[f32],
+    r: &mut BenchReport,
+    clock: &impl Clock,
+    sample: &mut impl FnMut(&Model, &str),
+) -> Result<(), ModelError> {
     // A study of `questions` questions: encode once, reuse the shared prompt prefix.
     let t = clock.now_ms();
     let mut session = Session::new(model);
-    let f = session.add_image("bench", &pixels)?;
+    let f = session.add_image("bench", pixels)?;
     for q in 0..opts.questions {
         session
             .score_options(
@@ -936,7 +946,7 @@ pub async fn run(
     let t = clock.now_ms();
     for q in 0..opts.questions {
         session.next_study();
-        let f = session.add_image("bench", &pixels)?;
+        let f = session.add_image("bench", pixels)?;
         session
             .score_options(&question_ids(model, q)?, &[f], &Letter::ALL)
             .await?;
@@ -946,26 +956,12 @@ pub async fn run(
 
     let t = clock.now_ms();
     session.next_study();
-    let f = session.add_image("bench", &pixels)?;
+    let f = session.add_image("bench", pixels)?;
     let prompts = study_prompts(model, 0..opts.questions)?;
     session
         .score_many(&prompts, std::slice::from_ref(&f))
         .await?;
     r.fast_questions_per_s_batched = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
     sample(model, "a study batched");
-    drop(session);
-
-    // The dispatch counts come from fresh passes under a dry run. In the browser's pool they
-    // made pages of their own on top of those the timed stages left free (~700 MiB more at 4B
-    // on an H200), so the free pages are given back before them, and theirs after.
-    give_back_free_pages(model).await?;
-    let pc = count_passes(model, opts.questions).await?;
-    sample(model, "dispatch counts (dry run)");
-    give_back_free_pages(model).await?;
-    r.peak_device_bytes = peak;
-    r.memory_by_stage = stages;
-    r.buffers_destroyed = destroyed_since(destroyed_before);
-    r.peak_buffer_bytes = wrapped.then(|| crate::destroying_device::counts().peak_live_bytes);
-    r.set_counts(pc, model.decoder.weight_bytes_per_token());
-    Ok(r)
+    Ok(())
 }
