@@ -5,8 +5,9 @@
 //! `GPUBuffer` holds its memory until a garbage collection finds the handle, 9-10 s later with
 //! GPU work going on (`bench/gpubuffer-gc.mjs`; up to 348 MB during the 4B Benchmark). This
 //! module wraps a device through wgpu's `custom` backend. Every object is the real one inside a
-//! thin wrapper, and a dropped buffer is `destroy()`ed after the submit that hands over the last
-//! commands that can name it.
+//! thin wrapper, and a dropped buffer is `destroy()`ed once no unsubmitted command can name it:
+//! at once when no encoder holds commands, else after the submit that hands over the last
+//! commands recorded before the drop.
 //!
 //! The wrapper serves compute, which is all CubeCL asks of a device. Rendering, textures and ray
 //! tracing are refused with a panic naming the call: nothing in this program renders.
@@ -14,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use wgpu::custom::{
     BindGroupInterface, BindGroupLayoutInterface, BoxDeviceLostCallback,
@@ -92,15 +93,17 @@ pub fn wrap(device: wgpu::Device, queue: wgpu::Queue) -> (wgpu::Device, wgpu::Qu
     )
 }
 
-/// What the device and its queue share: a clock, the encoders whose commands are not submitted
+/// What the device and its queue share: a clock, the encoders holding commands not submitted
 /// yet, and the buffers released since.
 #[derive(Debug, Default)]
 struct Shared {
-    /// Ticks at every encoder created and every buffer released.
+    /// Ticks at every encoder's first command and every buffer released.
     clock: u64,
-    /// Creation tick -> encoders or command buffers of that tick not yet submitted or dropped.
+    /// First-command tick -> encoders or command buffers of that tick not yet submitted or
+    /// dropped.
     live: BTreeMap<u64, usize>,
-    /// Released buffers with their release tick, waiting for every older encoder to go.
+    /// Released buffers with their release tick, waiting for every encoder that recorded
+    /// before it to go.
     graveyard: Vec<(u64, wgpu::Buffer)>,
     /// The wrapped queue's submission numbers -> the real queue's indices, for `poll`.
     submissions: VecDeque<(u64, wgpu::SubmissionIndex)>,
@@ -118,9 +121,9 @@ impl Shared {
         self.clock
     }
 
-    /// Destroys the released buffers that no unsubmitted encoder can name: those released
-    /// before the oldest live encoder was created. Work already submitted keeps them alive in
-    /// the browser (and in wgpu) until it completes.
+    /// Destroys the released buffers that no unsubmitted command can name: those released
+    /// before the oldest live encoder recorded its first command. Work already submitted keeps
+    /// them alive in the browser (and in wgpu) until it completes.
     fn sweep(&mut self) {
         let oldest_live = self.live.keys().next().copied().unwrap_or(u64::MAX);
         let (free, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.graveyard)
@@ -130,16 +133,36 @@ impl Shared {
         if free.is_empty() {
             return;
         }
-        let mut c = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
         for (_, b) in free {
-            c.destroyed += 1;
-            c.destroyed_bytes += b.size();
-            b.destroy();
+            destroy(&b);
+        }
+    }
+
+    /// Takes a buffer CubeCL let go of: destroyed now if no encoder holds commands (none can
+    /// name it then: a command names a buffer through a handle, and the handle is gone), else
+    /// kept until those encoders are submitted.
+    fn release(&mut self, b: wgpu::Buffer) {
+        if self.live.is_empty() {
+            destroy(&b);
+        } else {
+            let t = self.tick();
+            self.graveyard.push((t, b));
         }
     }
 }
 
-/// Keeps an encoder's creation tick live until its commands are submitted or dropped.
+fn destroy(b: &wgpu::Buffer) {
+    let mut c = COUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    c.destroyed += 1;
+    c.destroyed_bytes += b.size();
+    drop(c);
+    b.destroy();
+}
+
+/// Keeps the tick of an encoder's first command live until its commands are submitted or
+/// dropped. An encoder that has recorded nothing holds no ticket: nothing it records later can
+/// name a buffer released before, so such an encoder (CubeCL keeps one open between submits)
+/// must not hold releases back.
 #[derive(Debug)]
 struct Ticket {
     shared: Arc<Mutex<Shared>>,
@@ -428,7 +451,8 @@ impl DeviceInterface for Device {
     ) -> DispatchCommandEncoder {
         DispatchCommandEncoder::custom(CommandEncoder {
             inner: Mutex::new(Some(self.inner.create_command_encoder(desc))),
-            ticket: Some(Ticket::new(&self.shared)),
+            shared: self.shared.clone(),
+            ticket: OnceLock::new(),
         })
     }
 
@@ -655,9 +679,7 @@ struct Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        let mut s = lock(&self.shared);
-        let t = s.tick();
-        s.graveyard.push((t, self.inner.clone()));
+        lock(&self.shared).release(self.inner.clone());
     }
 }
 
@@ -740,11 +762,20 @@ impl BufferMappedRangeInterface for MappedRange {
 #[derive(Debug)]
 struct CommandEncoder {
     inner: Mutex<Option<wgpu::CommandEncoder>>,
-    ticket: Option<Ticket>,
+    shared: Arc<Mutex<Shared>>,
+    /// Taken at the first command that can name a buffer.
+    ticket: OnceLock<Ticket>,
 }
 
 impl CommandEncoder {
+    /// Records a command that may name buffers.
     fn with<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
+        self.ticket.get_or_init(|| Ticket::new(&self.shared));
+        self.marker(f)
+    }
+
+    /// Records a command that names no buffer (a debug marker).
+    fn marker<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
         let mut e = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         f(e.as_mut().expect("command encoder used after finish"))
     }
@@ -851,15 +882,15 @@ impl CommandEncoderInterface for CommandEncoder {
     }
 
     fn insert_debug_marker(&self, label: &str) {
-        self.with(|e| e.insert_debug_marker(label));
+        self.marker(|e| e.insert_debug_marker(label));
     }
 
     fn push_debug_group(&self, label: &str) {
-        self.with(|e| e.push_debug_group(label));
+        self.marker(|e| e.push_debug_group(label));
     }
 
     fn pop_debug_group(&self) {
-        self.with(|e| e.pop_debug_group());
+        self.marker(|e| e.pop_debug_group());
     }
 
     fn write_timestamp(&self, query_set: &DispatchQuerySet, query_index: u32) {

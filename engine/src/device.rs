@@ -302,8 +302,9 @@ pub fn exclusive_pool_requested() -> bool {
 }
 
 /// Gives the free pages of `device`'s memory pools back (CubeCL's `memory_cleanup`): with the
-/// browser's device they are destroyed once every encoder created before the release has been
-/// submitted. Nothing on the CPU.
+/// browser's device they are destroyed once every encoder that recorded commands before the
+/// release has been submitted (at once when the work queued so far is submitted). Nothing on
+/// the CPU.
 pub fn release_free_memory(device: &Device) -> Result<(), DeviceError> {
     match device.as_dispatch() {
         burn::backend::DispatchDevice::Cube(d) => d

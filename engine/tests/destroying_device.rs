@@ -147,6 +147,9 @@ fn destroying_device_matches_the_plain_device() {
     }
 }
 
+/// The wrapper's counts are per process: the tests that read them take turns.
+static COUNTED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A lavapipe device and queue through the wrapper, outside CubeCL.
 fn wrapped_device() -> (wgpu::Device, wgpu::Queue) {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
@@ -179,6 +182,7 @@ fn read(device: &wgpu::Device, buffer: &wgpu::Buffer) -> Vec<u8> {
 /// the second, which wgpu reports as a validation error.
 #[test]
 fn a_released_buffer_outlives_the_encoder_that_names_it() {
+    let _turn = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
     let (device, queue) = wrapped_device();
     let before = rexvqa_engine::destroying_device::counts();
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -220,5 +224,49 @@ fn a_released_buffer_outlives_the_encoder_that_names_it() {
         after.destroyed,
         before.destroyed + 1,
         "not destroyed once the encoder naming it was submitted"
+    );
+}
+
+/// CubeCL keeps an encoder open between submits, empty until its next launch. A buffer released
+/// meanwhile cannot be named by anything that encoder records later (the handle is gone), so it
+/// is destroyed at once rather than at the next submit, which may be far off when the page is
+/// idle. The encoder then records and submits without a validation error.
+#[test]
+fn an_encoder_that_has_recorded_nothing_holds_no_release_back() {
+    let _turn = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
+    let (device, queue) = wrapped_device();
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let data: Vec<u8> = (0..256u32).map(|i| (i * 3) as u8).collect();
+    let make = |label, usage| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: data.len() as u64,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let source = make(
+        "kept",
+        wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+    );
+    queue.write_buffer(&source, 0, &data);
+    let target = make(
+        "read back",
+        wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+    );
+    let released = make("released", wgpu::BufferUsages::COPY_DST);
+    let mut open = device.create_command_encoder(&Default::default());
+    let before = rexvqa_engine::destroying_device::counts();
+    drop(released);
+    let after_drop = rexvqa_engine::destroying_device::counts();
+    open.copy_buffer_to_buffer(&source, 0, &target, 0, None);
+    queue.submit([open.finish()]);
+    assert_eq!(read(&device, &target), data, "the copy after the release");
+    let error = pollster::block_on(scope.pop());
+    assert!(error.is_none(), "validation error: {error:?}");
+    assert_eq!(
+        after_drop.destroyed,
+        before.destroyed + 1,
+        "a buffer released while the only open encoder was empty waited for its submit"
     );
 }

@@ -64,8 +64,8 @@ fn rows(json: &str) -> Vec<(String, String)> {
         ),
     ]);
     // GPU backends only: the CPU path has no device memory to report, and no dispatches. What
-    // the pool reserved; the buffers it gave back are destroyed once every encoder older than
-    // the release has been submitted (`BenchReport::peak_device_bytes`, `buffers_destroyed`).
+    // the pool reserved; the buffers it gave back are destroyed once no unsubmitted command can
+    // name them (`BenchReport::peak_device_bytes`, `buffers_destroyed`).
     if let Some(b) = r["peak_device_bytes"].as_f64() {
         out.push((
             "GPU memory reserved, peak (MB)".into(),

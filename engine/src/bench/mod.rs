@@ -107,8 +107,8 @@ pub struct BenchReport {
     pub device_bytes_after_load: Option<u64>,
     /// The most device memory reserved at any stage of the run (GPU backends; None on the CPU):
     /// CubeCL's count. A buffer CubeCL gives back leaves it at once; the browser's device
-    /// destroys it once every encoder created before the release has been submitted
-    /// ([`crate::destroying_device`]), where wgpu alone left it
+    /// destroys it once every encoder that recorded commands before the release has been
+    /// submitted ([`crate::destroying_device`]), where wgpu alone left it
     /// to a garbage collection seconds later (at 4B the Benchmark gives back ~350 MB during its
     /// run, by a dry run's count: `bench/results/ci-vm-2core-browser-pool-releases-dry-run.json`).
     /// The GPU kit's `nvidia-smi` figure counts what the device really holds.
@@ -664,24 +664,13 @@ pub async fn profile_passes(
     })
 }
 
-/// Gives the pools' free pages back ([`crate::device::release_free_memory`]) and has a wrapped
-/// device destroy them now: CubeCL keeps its command encoder open until it has work to submit,
-/// and a released buffer waits for every encoder older than its release, so one small launch,
-/// synced, makes it submit. Natively wgpu frees them when they are dropped.
+/// Gives the pools' free pages back ([`crate::device::release_free_memory`]) with the work
+/// queued so far submitted: a wrapped device then destroys them at once, since no encoder holds
+/// commands that could name them. Natively wgpu frees them when they are dropped.
 async fn give_back_free_pages(model: &Model) -> Result<(), ModelError> {
-    use burn::tensor::Tensor;
-    let device = model.device();
-    crate::device::release_free_memory(device).map_err(|e| ModelError::Device(e.to_string()))?;
-    if !crate::device::queues_work(device) {
-        return Ok(());
-    }
-    // One row of the model's width: the shape [`dispatch_chain`] launches on every adapter.
-    let d = model.decoder.cfg.hidden;
-    let w = Tensor::<1>::ones([d], device);
-    let y = crate::kernels::rows::rms_norm(Tensor::<2>::ones([1, d], device), &w, None, 1e-6);
     sync(model).await?;
-    drop(y);
-    Ok(())
+    crate::device::release_free_memory(model.device())
+        .map_err(|e| ModelError::Device(e.to_string()))
 }
 
 /// Runs the harness (needs a vision tower).
