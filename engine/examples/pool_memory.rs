@@ -68,6 +68,9 @@ fn main() -> Result<(), String> {
         &mut |_| {},
     ))
     .map_err(|e| e.to_string())?;
+    // The wrapped device's buffers (REXVQA_DESTROYING_DEVICE=1): what the weights leave to
+    // Dawn's suballocation in a browser.
+    let after_load = rexvqa_engine::destroying_device::counts();
     if args.iter().any(|a| a == "--bench") {
         let opts = rexvqa_engine::bench::BenchOptions {
             prefill_lengths: lengths,
@@ -95,6 +98,7 @@ fn main() -> Result<(), String> {
                 "peak_device_bytes": r.peak_device_bytes,
                 "peak_buffer_bytes": r.peak_buffer_bytes,
                 "memory_by_stage": r.memory_by_stage,
+                "buffers_after_load": after_load,
             })
         );
         return Ok(());

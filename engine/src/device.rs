@@ -88,6 +88,15 @@ pub fn max_binding_bytes(device: &Device) -> Option<u64> {
     }
 }
 
+/// The alignment, in bytes, a view's offset into a device buffer must have to share the buffer
+/// (GPU devices; None on the CPU). A slice at another offset is a copy.
+pub fn offset_alignment(device: &Device) -> Option<u64> {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => Some(d.client().properties().memory.alignment),
+        _ => None,
+    }
+}
+
 /// The CPU device.
 pub fn cpu() -> Device {
     Device::flex()

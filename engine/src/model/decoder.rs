@@ -161,27 +161,62 @@ impl Attention {
             b.weight(blk::ATTN_K),
             b.weight(blk::ATTN_V),
         );
-        let qkv = match l
-            .qmatrix_joined(&[(&q, q_dim), (&k, kv_dim), (&v, kv_dim)], h)
-            .await?
-        {
-            Some(qkv) => Projections::Qkv(qkv),
-            None => match l.qmatrix_joined(&[(&q, q_dim), (&k, kv_dim)], h).await? {
-                Some(qk) => Projections::Qk(qk, l.qmatrix(&v, kv_dim, h).await?),
-                // The CPU, or types or sizes that do not join on a GPU either.
-                None => Projections::new(
-                    l.qmatrix(&q, q_dim, h).await?,
-                    l.qmatrix(&k, kv_dim, h).await?,
-                    l.qmatrix(&v, kv_dim, h).await?,
-                ),
-            },
+        let o = b.weight(blk::ATTN_OUTPUT);
+        // The output projection shares the projections' buffer where it can: alone, MedGemma
+        // 4B's (2.95 MB) and a Q6_K v (2.15 MB) each took a 4 MiB block in a browser
+        // (`Loader::qmatrices_shared`).
+        let shared_qkv = l
+            .qmatrices_shared(&[
+                (&[(&q, q_dim), (&k, kv_dim), (&v, kv_dim)], h),
+                (&[(&o, h)], q_dim),
+            ])
+            .await?;
+        let shared = match shared_qkv {
+            Some(m) => Some(m),
+            None => {
+                l.qmatrices_shared(&[
+                    (&[(&q, q_dim), (&k, kv_dim)], h),
+                    (&[(&v, kv_dim)], h),
+                    (&[(&o, h)], q_dim),
+                ])
+                .await?
+            }
+        };
+        let (qkv, attn_output) = match shared {
+            Some(mut m) => {
+                let out = m.pop().expect("qmatrices_shared gives one matrix a part");
+                let qkv = match (m.pop(), m.pop()) {
+                    (Some(qkv), None) => Projections::Qkv(qkv),
+                    (Some(v), Some(qk)) => Projections::Qk(qk, v),
+                    _ => unreachable!("qmatrices_shared gives one matrix a part"),
+                };
+                (qkv, out)
+            }
+            None => {
+                let qkv = match l
+                    .qmatrix_joined(&[(&q, q_dim), (&k, kv_dim), (&v, kv_dim)], h)
+                    .await?
+                {
+                    Some(qkv) => Projections::Qkv(qkv),
+                    None => match l.qmatrix_joined(&[(&q, q_dim), (&k, kv_dim)], h).await? {
+                        Some(qk) => Projections::Qk(qk, l.qmatrix(&v, kv_dim, h).await?),
+                        // The CPU, or types or sizes that do not join on a GPU either.
+                        None => Projections::new(
+                            l.qmatrix(&q, q_dim, h).await?,
+                            l.qmatrix(&k, kv_dim, h).await?,
+                            l.qmatrix(&v, kv_dim, h).await?,
+                        ),
+                    },
+                };
+                (qkv, l.qmatrix(&o, h, q_dim).await?)
+            }
         };
         let attn_q_norm = l.vector(&b.weight(blk::ATTN_Q_NORM), c.head_dim).await?;
         let attn_k_norm = l.vector(&b.weight(blk::ATTN_K_NORM), c.head_dim).await?;
         Ok(Attention {
             qkv,
             norms: QkNorms::new(attn_q_norm, attn_k_norm),
-            attn_output: l.qmatrix(&b.weight(blk::ATTN_OUTPUT), h, q_dim).await?,
+            attn_output,
         })
     }
 

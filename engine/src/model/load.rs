@@ -1,7 +1,7 @@
 //! Streams weights from a GGUF source to a device, tensor by tensor and chunk by chunk, so host
 //! memory during a load stays at about one chunk (never a whole model, never a whole tensor).
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use super::ModelError;
 use crate::gguf::{GgmlType, Gguf, RangeSource, TensorInfo};
@@ -188,6 +188,78 @@ impl<'a, S: RangeSource> Loader<'a, S> {
         Ok(Some(q))
     }
 
+    /// Matrices streamed into one device buffer and handed out as views of it. Each part is
+    /// one matrix of `cols`-wide rows joined from tensors of one type, in the order given (a
+    /// layer's q, k and v: one product computes them). A browser's WebGPU (Dawn) places a
+    /// buffer under 4 MiB in a power-of-two block, so each 2.65 MB projection of MedGemma 4B's
+    /// vision tower took 4 MiB: Dawn's suballocation cost ~200-380 MiB on an H200
+    /// (`bench/results/h200-and-ci-vm-browser-memory-by-stage.json`). Only on a GPU, where each
+    /// part's tensors share a type, every part's bytes are a multiple of the device's offset
+    /// alignment (so that each view shares the buffer rather than copying it), and the whole
+    /// fits one buffer; otherwise `None`, with nothing read.
+    pub async fn qmatrices_shared(
+        &mut self,
+        parts: &[(&[(&str, usize)], usize)],
+    ) -> Result<Option<Vec<QMatrix>>, ModelError> {
+        let (Some(max), Some(align)) = (
+            crate::device::max_binding_bytes(&self.device),
+            crate::device::offset_alignment(&self.device),
+        ) else {
+            return Ok(None);
+        };
+        let mut plan = Vec::with_capacity(parts.len());
+        for &(names, cols) in parts {
+            let infos = names
+                .iter()
+                .map(|&(name, rows)| self.info(name, &[cols as u64, rows as u64]))
+                .collect::<Result<Vec<_>, _>>()?;
+            let Some(ty) = infos.first().map(|t| t.ty) else {
+                return Ok(None);
+            };
+            let rows: usize = names.iter().map(|&(_, r)| r).sum();
+            let words = rows * crate::quant::pack::row_words(ty, cols);
+            if infos.iter().any(|t| t.ty != ty) || !((words * 4) as u64).is_multiple_of(align) {
+                return Ok(None);
+            }
+            plan.push((infos, names, ty, rows, cols, words));
+        }
+        let total: usize = plan.iter().map(|p| p.5).sum();
+        if total * 4 > (max as usize).min(MAX_CHUNK_BYTES) {
+            return Ok(None);
+        }
+        let mut buffer = Some(Tensor::<1, Int>::empty([total], (&self.device, DType::U32)));
+        let mut at = 0;
+        for (infos, names, ty, _, cols, words) in &plan {
+            let wpr = crate::quant::pack::row_words(*ty, *cols);
+            let mut row0 = at;
+            for (t, &(_, n)) in infos.iter().zip(names.iter()) {
+                self.stream_chunks(t, n, *cols, |bytes, k, row| {
+                    let w = buffer.take().expect("the shared buffer");
+                    let w = QMatrix::write_packed(w, row0 + row * wpr, t.ty, bytes, k, *cols)?;
+                    buffer = Some(w);
+                    Ok(())
+                })
+                .await?;
+                row0 += n * wpr;
+            }
+            at += words;
+        }
+        // The views only once every write is queued: each write goes to the one handle.
+        let buffer = buffer.expect("the shared buffer");
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut at = 0;
+        Ok(Some(
+            plan.into_iter()
+                .map(|(_, _, ty, rows, cols, words)| {
+                    let view = buffer.clone().slice(at..at + words);
+                    at += words;
+                    QMatrix::view(ty, rows, cols, view, number)
+                })
+                .collect(),
+        ))
+    }
+
     /// Reads tensor `t` (`rows` rows of `cols`) chunk by chunk onto the device as `q`'s next
     /// rows: into buffers of `group` rows written in place where given (a GPU), else one
     /// buffer a chunk.
@@ -199,6 +271,23 @@ impl<'a, S: RangeSource> Loader<'a, S> {
         cols: usize,
         group: Option<usize>,
     ) -> Result<(), ModelError> {
+        let device = self.device.clone();
+        self.stream_chunks(t, rows, cols, |bytes, n, _| match group {
+            Some(g) => q.push_chunk_grouped(bytes, n, &device, g),
+            None => q.push_chunk(bytes, n, &device),
+        })
+        .await
+    }
+
+    /// Reads tensor `t` (`rows` rows of `cols`) chunk by chunk, handing `put` each chunk's
+    /// bytes, its row count and its first row, and the device each chunk's writes.
+    async fn stream_chunks(
+        &mut self,
+        t: &TensorInfo,
+        rows: usize,
+        cols: usize,
+        mut put: impl FnMut(&[u8], usize, usize) -> Result<(), QuantError>,
+    ) -> Result<(), ModelError> {
         let row_bytes = (t.size / rows.max(1) as u64) as usize;
         let per = QMatrix::rows_per_chunk(t.ty, rows, cols, self.chunk_bytes);
         let mut row = 0;
@@ -207,11 +296,7 @@ impl<'a, S: RangeSource> Loader<'a, S> {
             let bytes = self
                 .read(t, (row * row_bytes) as u64, n * row_bytes)
                 .await?;
-            match group {
-                Some(g) => q.push_chunk_grouped(&bytes, n, &self.device, g),
-                None => q.push_chunk(&bytes, n, &self.device),
-            }
-            .map_err(quant_err(&t.name))?;
+            put(&bytes, n, row).map_err(quant_err(&t.name))?;
             // Hand the chunk's write to the device now: a GPU queue otherwise holds up to 32
             // tasks (CubeCL's default batch), each keeping its chunk's bytes alive in host (wasm)
             // memory, ~1 GB at 32 MiB a chunk. On the CPU this does nothing.

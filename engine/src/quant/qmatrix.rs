@@ -53,6 +53,9 @@ pub struct QMatrix {
     /// Input features (weights per row).
     pub cols: usize,
     chunks: Vec<Chunk>,
+    /// The number of the device buffer this matrix shares with others, if it is a view of one
+    /// ([`QMatrix::view`]).
+    shared: Option<u64>,
 }
 
 /// u32 words on a device without a float round trip.
@@ -88,6 +91,50 @@ impl QMatrix {
         Ok(q)
     }
 
+    /// A `[rows, cols]` matrix of `ty` whose packed rows are `words`, a view of the device
+    /// buffer numbered `buffer` that other matrices share
+    /// ([`crate::model::load::Loader::qmatrices_shared`]).
+    pub fn view(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        words: Tensor<1, Int>,
+        buffer: u64,
+    ) -> QMatrix {
+        QMatrix {
+            ty,
+            rows,
+            cols,
+            chunks: vec![Chunk {
+                row0: 0,
+                rows,
+                words,
+            }],
+            shared: Some(buffer),
+        }
+    }
+
+    /// The number of the device buffer this matrix shares with others, if it is a view.
+    pub fn shared_buffer(&self) -> Option<u64> {
+        self.shared
+    }
+
+    /// Packs the GGUF bytes of `n_rows` rows of `ty` and writes them into the u32 buffer `w`
+    /// from word `at` on, in place (a queue write; GPU devices only); returns `w`.
+    pub fn write_packed(
+        w: Tensor<1, Int>,
+        at: usize,
+        ty: GgmlType,
+        bytes: &[u8],
+        n_rows: usize,
+        cols: usize,
+    ) -> Result<Tensor<1, Int>, QuantError> {
+        let words = pack_rows(ty, bytes, n_rows, cols)?;
+        Ok(Tensor::<1, Int>::from_dispatch(
+            <Dispatch as QuantOps>::write_words(w.into_dispatch(), at, words),
+        ))
+    }
+
     /// Rows per device chunk so that a chunk stays within `max_chunk_bytes` (at least one).
     pub fn rows_per_chunk(ty: GgmlType, rows: usize, cols: usize, max_chunk_bytes: usize) -> usize {
         (max_chunk_bytes / (row_words(ty, cols) * 4).max(1)).clamp(1, rows.max(1))
@@ -101,6 +148,7 @@ impl QMatrix {
             rows,
             cols,
             chunks: Vec::new(),
+            shared: None,
         }
     }
 
@@ -208,6 +256,7 @@ impl QMatrix {
                 rows,
                 words,
             }],
+            shared: None,
         })
     }
 
