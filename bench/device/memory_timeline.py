@@ -73,6 +73,8 @@ def main():
         "driver_after_run_mib": max(after) if after else None,
         "peak_device_bytes": run["results"].get("peak_device_bytes"),
         "peak_buffer_bytes": run["results"].get("peak_buffer_bytes"),
+        # (buffers under 4 MiB at the run's start, Dawn's modelled power-of-two slack on them)
+        "small_buffers_at_start": run["results"].get("small_buffers_at_start"),
         "stages": rows,
     }
     print(f"{'stage':36} {'end s':>7} {'CubeCL':>8} {'live':>8} {'driver max':>11} {'driver last':>12}  (MiB)")
@@ -82,6 +84,10 @@ def main():
               f"{f(r['driver_max_during_mib']):>11} {f(r['driver_last_mib']):>12}")
     print(f"driver: {out['driver_before_run_mib']} MiB before the run, {out['driver_max_during_run_mib']} at most during it, "
           f"{out['driver_after_run_mib']} at most after it")
+    small = out["small_buffers_at_start"]
+    if small:
+        print(f"at the start: {small[0]} buffers under 4 MiB; Dawn's power-of-two suballocation would add "
+              f"{small[1] / MIB:.0f} MiB to them (the wrapper's model)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

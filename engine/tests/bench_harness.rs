@@ -105,6 +105,7 @@ fn every_figure_is_measured_with_the_mmproj() {
     // The CPU backend reports no device memory, but every stage's end, in order.
     assert_eq!(r.peak_device_bytes, None);
     assert_eq!(r.peak_buffer_bytes, None);
+    assert_eq!(r.small_buffers_at_start, None);
     let stages: Vec<&str> = r.memory_by_stage.iter().map(|p| &p.stage[..]).collect();
     assert_eq!(
         stages,

@@ -44,6 +44,10 @@ test('browser-vs-native: both sides measured, ratios written', { timeout: 600_00
       assert.ok(p.reserved > 0 && p.live >= p.reserved && p.t_ms > 0, JSON.stringify(p));
     }
     assert.equal(r.native_runs[0].results.peak_buffer_bytes, null);
+    // The weights' buffers under 4 MiB and their modelled suballocation slack, in the browser.
+    const [small, slack] = b.results.small_buffers_at_start;
+    assert.ok(small > 0 && slack >= 0, JSON.stringify(b.results.small_buffers_at_start));
+    assert.equal(r.native_runs[0].results.small_buffers_at_start, null);
     assert.ok(r.native_runs[0].results.memory_by_stage.every((p) => p.reserved > 0 && p.live === null));
     // --profile: a token's and the prefill's device time by kernel on both sides, the same
     // kernels on each (one engine), every one timed.

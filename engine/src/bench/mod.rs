@@ -123,6 +123,12 @@ pub struct BenchReport {
     /// the browser adds.
     #[serde(default)]
     pub peak_buffer_bytes: Option<u64>,
+    /// The browser's device's live buffers under 4 MiB when the run starts (the weights'), and
+    /// what Dawn's power-of-two suballocation would add to them by the wrapper's model
+    /// ([`crate::destroying_device::Counts::live_small_slack_bytes`]); None where the device is
+    /// not wrapped.
+    #[serde(default)]
+    pub small_buffers_at_start: Option<(u64, u64)>,
     /// CubeCL's count, and the wrapped device's live buffer bytes, at the end of each stage of
     /// the run, with the time from the run's start: to set against a memory trace taken
     /// outside (`nvidia-smi` in the GPU kit).
@@ -688,6 +694,10 @@ pub async fn run(
     let destroyed_before = crate::destroying_device::counts();
     crate::destroying_device::reset_peak();
     let wrapped = destroyed_before.created > 0;
+    r.small_buffers_at_start = wrapped.then_some((
+        destroyed_before.live_small,
+        destroyed_before.live_small_slack_bytes,
+    ));
     let start = clock.now_ms();
     let mut peak = r.device_bytes_after_load;
     let mut stages = Vec::new();
