@@ -9,9 +9,7 @@ mod common;
 use std::process::Command;
 
 use rexvqa_engine::destroying_device::Counts;
-use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::image::Policy;
-use rexvqa_engine::session::{LoadOptions, Model};
 
 /// Set in the children.
 const CHILD: &str = "REXVQA_DESTROYING_TEST_CHILD";
@@ -36,14 +34,7 @@ fn child() {
     let golden = common::golden_json_gz("tiny_tiny-q8_0.json.gz");
     let (text, mmproj) = common::tiny_pair(&golden);
     let device = rexvqa_engine::device::wgpu().expect("a wgpu adapter (lavapipe)");
-    let model = pollster::block_on(Model::load(
-        &FileSource::open(text).unwrap(),
-        Some(&FileSource::open(mmproj).unwrap()),
-        &device,
-        &LoadOptions::default(),
-        &mut |_| {},
-    ))
-    .expect("the tiny pair loads");
+    let model = common::load_model(&text, Some(mmproj.as_path()), &device);
     let ids: Vec<u32> = golden["prompts"]["official_one_image"]["input_ids"]
         .as_array()
         .unwrap()

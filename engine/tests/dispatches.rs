@@ -14,10 +14,9 @@ use std::sync::{Arc, Mutex};
 use burn::tensor::{Device, Tensor};
 use burn_cubecl::cubecl::logging::{LaunchObservation, LaunchObserver};
 use rexvqa_engine::device;
-use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::kernels::forms::{self, Form};
 use rexvqa_engine::model::trace::{self, Tap, Tracer};
-use rexvqa_engine::session::{LoadOptions, Model};
+use rexvqa_engine::session::Model;
 
 /// Every kernel launch, in order, by short name.
 #[derive(Default)]
@@ -137,15 +136,7 @@ fn both(label: &str, model: &Model) -> (Counted, Counted) {
 }
 
 fn load(text: std::path::PathBuf, dev: &Device) -> Model {
-    let src = FileSource::open(text).unwrap();
-    pollster::block_on(Model::load(
-        &src,
-        None::<&FileSource>,
-        dev,
-        &LoadOptions::default(),
-        &mut |_| {},
-    ))
-    .unwrap()
+    common::load_model(&text, None, dev)
 }
 
 /// The new kernels take a decoder layer from 82 dispatches to 8 (tiny model) and from 94 to

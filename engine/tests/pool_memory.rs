@@ -15,7 +15,7 @@ use std::process::Command;
 use rexvqa_engine::bench::PoolPhases;
 use rexvqa_engine::gguf::{FileSource, Gguf};
 use rexvqa_engine::model::synthetic as syn;
-use rexvqa_engine::session::{LoadOptions, Model};
+use rexvqa_engine::session::Model;
 
 /// Set in the children: the directory holding the pair.
 const CHILD: &str = "REXVQA_POOL_TEST_PAIR";
@@ -45,16 +45,7 @@ fn write_pair(dir: &Path) {
 /// The pair `text` + `mmproj` on lavapipe.
 fn load(text: &Path, mmproj: &Path) -> Model {
     let device = rexvqa_engine::device::wgpu().expect("a wgpu adapter (lavapipe)");
-    let text = FileSource::open(text).unwrap();
-    let mmproj = FileSource::open(mmproj).unwrap();
-    pollster::block_on(Model::load(
-        &text,
-        Some(&mmproj),
-        &device,
-        &LoadOptions::default(),
-        &mut |_| {},
-    ))
-    .expect("the pair loads")
+    common::load_model(text, Some(mmproj), &device)
 }
 
 fn child(dir: &Path) {

@@ -12,7 +12,6 @@ use burn::tensor::{Distribution, Tensor};
 use rexvqa_engine::gguf::{FileSource, Gguf};
 use rexvqa_engine::model::load::{Loader, Progress};
 use rexvqa_engine::quant::QMatrix;
-use rexvqa_engine::session::{LoadOptions, Model};
 
 #[test]
 fn attention_weights_share_one_buffer_and_multiply_as_loaded_apart() {
@@ -84,14 +83,7 @@ fn attention_weights_share_one_buffer_and_multiply_as_loaded_apart() {
 
     // The model loads its layers' attention weights that way on a GPU: the tower's four
     // projections, and the decoder's q, k, v and output, one buffer per layer.
-    let model = pollster::block_on(Model::load(
-        &FileSource::open(text).unwrap(),
-        Some(&FileSource::open(mmproj).unwrap()),
-        &device,
-        &LoadOptions::default(),
-        &mut |_| {},
-    ))
-    .expect("the tiny pair loads");
+    let model = common::load_model(&text, Some(mmproj.as_path()), &device);
     let buffers = |v: Vec<(String, &QMatrix)>, of: &[&str]| {
         v.into_iter()
             .filter(|(n, _)| of.iter().any(|o| n.ends_with(o)))

@@ -513,11 +513,13 @@ pub async fn count_passes_now(model: &Model, questions: usize) -> Result<PassCou
                 pc.question = counts;
             }
         }
-        let mut batched = Session::new(model);
-        let f = batched.add_image("count", &pixels)?;
+        // The batched study moves the same session on, as the evaluation does
+        // (`Session::next_study`): a second session beside the first held both studies' pages.
+        session.next_study();
+        let f = session.add_image("count", &pixels)?;
         let prompts = study_prompts(model, 0..questions)?;
         let c = launches::count();
-        batched
+        session
             .score_many(&prompts, std::slice::from_ref(&f))
             .await?;
         pc.batched = Some(c.finish());

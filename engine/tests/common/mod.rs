@@ -116,3 +116,24 @@ pub fn tiny_pair(golden: &serde_json::Value) -> (PathBuf, PathBuf) {
         fixture("mmproj_gguf", "mmproj_sha256"),
     )
 }
+
+/// The model of the GGUF `text` (with the mmproj `mmproj`, if given) on `device`, loaded with
+/// the default options.
+pub fn load_model(
+    text: &std::path::Path,
+    mmproj: Option<&std::path::Path>,
+    device: &rexvqa_engine::device::Device,
+) -> rexvqa_engine::session::Model {
+    use rexvqa_engine::gguf::FileSource;
+    let open = |p: &std::path::Path| {
+        FileSource::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    pollster::block_on(rexvqa_engine::session::Model::load(
+        &open(text),
+        mmproj.map(open).as_ref(),
+        device,
+        &rexvqa_engine::session::LoadOptions::default(),
+        &mut |_| {},
+    ))
+    .unwrap_or_else(|e| panic!("{} loads: {e}", text.display()))
+}
