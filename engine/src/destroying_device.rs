@@ -53,9 +53,9 @@ pub struct Counts {
     #[serde(default)]
     pub live_small: u64,
     /// What rounding those up to powers of two adds: a model of Dawn's buddy suballocator
-    /// (blocks of a power of two inside shared heaps). On the 4B pair after load it gave
-    /// 230 MiB where an H200 measured 214 MiB between Chromium with and without
-    /// suballocation (`bench/results/ci-vm-2core-shared-attention-weights.json`).
+    /// (blocks of a power of two inside shared heaps). On the 4B pair's weights loaded a
+    /// matrix a buffer it gave 235 MiB, where an H200 measured 214 MiB between Chromium with
+    /// and without suballocation (`bench/results/ci-vm-2core-shared-attention-weights.json`).
     #[serde(default)]
     pub live_small_slack_bytes: u64,
 }
