@@ -168,35 +168,22 @@ impl<'a, S: RangeSource> Loader<'a, S> {
         parts: &[(&str, usize)],
         cols: usize,
     ) -> Result<Option<QMatrix>, ModelError> {
-        let Some(max) = crate::device::max_binding_bytes(&self.device) else {
-            return Ok(None);
-        };
-        let infos = parts
-            .iter()
-            .map(|&(name, rows)| self.info(name, &[cols as u64, rows as u64]))
-            .collect::<Result<Vec<_>, _>>()?;
-        let ty = infos[0].ty;
-        let rows: usize = parts.iter().map(|&(_, r)| r).sum();
-        let bytes = rows * crate::quant::pack::row_words(ty, cols) * 4;
-        if infos.iter().any(|t| t.ty != ty) || bytes > (max as usize).min(MAX_CHUNK_BYTES) {
-            return Ok(None);
-        }
-        let mut q = QMatrix::streaming(ty, rows, cols);
-        for (&(_, n), t) in parts.iter().zip(infos) {
-            self.stream(&mut q, t, n, cols, Some(rows)).await?;
-        }
-        Ok(Some(q))
+        Ok(self
+            .qmatrices_shared(&[(parts, cols)])
+            .await?
+            .and_then(|mut m| m.pop()))
     }
 
     /// Matrices streamed into one device buffer and handed out as views of it. Each part is
     /// one matrix of `cols`-wide rows joined from tensors of one type, in the order given (a
-    /// layer's q, k and v: one product computes them). A browser's WebGPU (Dawn) places a
+    /// layer's q, k and v: one product computes them; one part is [`Loader::qmatrix_joined`]).
+    /// A browser's WebGPU (Dawn) places a
     /// buffer under 4 MiB in a power-of-two block, so each 2.65 MB projection of MedGemma 4B's
     /// vision tower took 4 MiB: Dawn's suballocation cost ~200-380 MiB on an H200
     /// (`bench/results/h200-and-ci-vm-browser-memory-by-stage.json`). Only on a GPU, where each
     /// part's tensors share a type, every part's bytes are a multiple of the device's offset
-    /// alignment (so that each view shares the buffer rather than copying it), and the whole
-    /// fits one buffer; otherwise `None`, with nothing read.
+    /// alignment where there are several (so that each view shares the buffer rather than
+    /// copying it), and the whole fits one buffer; otherwise `None`, with nothing read.
     pub async fn qmatrices_shared(
         &mut self,
         parts: &[(&[(&str, usize)], usize)],
@@ -218,7 +205,8 @@ impl<'a, S: RangeSource> Loader<'a, S> {
             };
             let rows: usize = names.iter().map(|&(_, r)| r).sum();
             let words = rows * crate::quant::pack::row_words(ty, cols);
-            if infos.iter().any(|t| t.ty != ty) || !((words * 4) as u64).is_multiple_of(align) {
+            let aligned = parts.len() == 1 || ((words * 4) as u64).is_multiple_of(align);
+            if infos.iter().any(|t| t.ty != ty) || !aligned {
                 return Ok(None);
             }
             plan.push((infos, names, ty, rows, cols, words));
@@ -247,7 +235,8 @@ impl<'a, S: RangeSource> Loader<'a, S> {
         // The views only once every write is queued: each write goes to the one handle.
         let buffer = buffer.expect("the shared buffer");
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let number =
+            (plan.len() > 1).then(|| NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let mut at = 0;
         Ok(Some(
             plan.into_iter()

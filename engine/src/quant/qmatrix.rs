@@ -91,15 +91,15 @@ impl QMatrix {
         Ok(q)
     }
 
-    /// A `[rows, cols]` matrix of `ty` whose packed rows are `words`, a view of the device
-    /// buffer numbered `buffer` that other matrices share
+    /// A `[rows, cols]` matrix of `ty` whose packed rows are `words`, one device buffer or a
+    /// view of the buffer numbered `shared` that other matrices share
     /// ([`crate::model::load::Loader::qmatrices_shared`]).
     pub fn view(
         ty: GgmlType,
         rows: usize,
         cols: usize,
         words: Tensor<1, Int>,
-        buffer: u64,
+        shared: Option<u64>,
     ) -> QMatrix {
         QMatrix {
             ty,
@@ -110,7 +110,7 @@ impl QMatrix {
                 rows,
                 words,
             }],
-            shared: Some(buffer),
+            shared,
         }
     }
 
