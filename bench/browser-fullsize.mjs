@@ -6,13 +6,16 @@
 //
 //   node bench/browser-fullsize.mjs --model M.gguf --mmproj MM.gguf --data REXVQA_DIR \
 //     [--compute webgpu|cpu|auto] [--cli BIN --cli-backends cpu,wgpu] [--machine NAME] \
-//     [--dist dist] [--out FILE.json] [--load-only]
+//     [--dist dist] [--out FILE.json] [--load-only] [--settle-s 3]
 //
 // Figures: import_mb_per_s (copy into OPFS), sha256_s, load_s (the model card's),
 // import_to_card_s (click to card), selftest_checks (each self-test check's ms), first_answer_s
 // and second_answer_s (click to answer), wasm_heap_peak_bytes (the worker's WebAssembly memory,
 // which never shrinks), device_peak_bytes (the model's device pool after both answers), and the
-// Chromium processes' peak resident memory sampled from /proc every 250 ms.
+// Chromium processes' peak resident memory sampled from /proc every 250 ms, and what they hold
+// once settled (`--settle-s` seconds idle) before the import and after the load: on SwiftShader the
+// GPU process's difference is what the weights cost the browser, beside the model card's device
+// bytes (REXVQA_CHROMIUM can name a wrapper that adds Dawn's flags).
 import { execFileSync } from 'node:child_process';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
@@ -29,11 +32,13 @@ const { values: a } = parseArgs({
     'cli-backends': { type: 'string', default: 'cpu' }, machine: { type: 'string', default: 'unnamed' },
     dist: { type: 'string', default: 'dist' }, out: { type: 'string' },
     'timeout-min': { type: 'string', default: '120' }, 'load-only': { type: 'boolean', default: false },
+    'settle-s': { type: 'string', default: '3' },
   },
 });
 for (const k of ['model', 'mmproj', 'data']) if (!a[k]) throw new Error(`--${k} is required`);
 const LONG = Number(a['timeout-min']) * 60_000;
 const splitPath = join(a.data, 'metadata', 'test_vqa_data.json');
+const SETTLE = Number(a['settle-s']) * 1000;
 
 // Two questions of one study (the first study with at least two), as the split lists them.
 function twoOfOneStudy() {
@@ -91,6 +96,8 @@ try {
   const { page, problems } = await openPage(context, server.url);
   await page.getByTestId('gpu-ready').or(page.getByTestId('gpu-unavailable')).first().waitFor({ timeout: 120_000 });
   result.user_agent = await page.evaluate(() => navigator.userAgent);
+  const settled = async () => { await page.waitForTimeout(SETTLE); rss.sample(); return { ...rss.last }; };
+  result.rss_settled_before_import_bytes = await settled();
   await page.getByTestId('tab-model').click();
   await page.getByTestId('compute').selectOption(a.compute);
   await page.getByTestId('model-text-input').setInputFiles(a.model);
@@ -112,6 +119,7 @@ try {
   }
   const loaded = Date.now();
   rss.phase('after load');
+  result.rss_settled_after_load_bytes = await settled();
   copied ??= hashed ?? loaded;
   result.import_s = (copied - t0) / 1000;
   result.import_mb_per_s = bytes / 1e6 / result.import_s;
