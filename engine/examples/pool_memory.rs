@@ -21,7 +21,9 @@
 //! With `--studies N` it follows a split's scoring instead, as the evaluation runs it on a GPU
 //! (`bench::study_flow`: one session moved on with `Session::next_study`; per study the image
 //! encoded, then `--questions` questions scored in one batched pass), and prints what is
-//! reserved after each study, and the most.
+//! reserved after each study, and the most; with the browser's device
+//! (`REXVQA_DESTROYING_DEVICE=1`) the most its buffers held at once, inside a study too; with
+//! `--pools` what each pool holds after the last study.
 
 use rexvqa_engine::device;
 use rexvqa_engine::gguf::FileSource;
@@ -104,16 +106,22 @@ fn main() -> Result<(), String> {
         return Ok(());
     }
     if let Some(n) = value("--studies").and_then(|s| s.parse::<usize>().ok()) {
-        let (after_load, after_each) =
-            pollster::block_on(rexvqa_engine::bench::study_flow(&model, n, questions))
-                .map_err(|e| e.to_string())?;
+        let flow = pollster::block_on(rexvqa_engine::bench::study_flow(&model, n, questions))
+            .map_err(|e| e.to_string())?;
+        let pools = if args.iter().any(|a| a == "--pools") {
+            device::pool_lines(&dev)
+        } else {
+            Vec::new()
+        };
         println!(
             "{}",
             serde_json::json!({
                 "exclusive_pool": device::exclusive_pool_requested(),
-                "device_bytes_after_load": after_load,
-                "after_each_study": after_each,
-                "peak_device_bytes": after_each.iter().max(),
+                "device_bytes_after_load": flow.after_load,
+                "after_each_study": flow.after_each,
+                "peak_device_bytes": flow.after_each.iter().max(),
+                "peak_buffer_bytes": flow.peak_buffer_bytes,
+                "pools_after_last_study": pools,
             })
         );
         return Ok(());

@@ -86,16 +86,28 @@ pub async fn pool_phases(
     Ok(out)
 }
 
+/// Device memory while scoring studies in a row ([`study_flow`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StudyFlow {
+    /// Bytes reserved after the model's load.
+    pub after_load: u64,
+    /// Bytes reserved after each study.
+    pub after_each: Vec<u64>,
+    /// The most bytes the wrapped device's buffers held at once over the studies, which sees
+    /// inside a study where `after_each` does not (the browser's device, natively
+    /// `REXVQA_DESTROYING_DEVICE=1`); None on a plain device.
+    pub peak_buffer_bytes: Option<u64>,
+}
+
 /// Follows `model` through `studies` studies as scoring a split runs them on a GPU
 /// ([`crate::eval::run`]): one session, moved on with [`Session::next_study`] at each study, its
-/// image encoded, then `questions` official questions scored in one batched pass. Returns the
-/// bytes reserved after load and after each study, under a dry run as [`pool_phases`] (needs a
-/// vision tower; the same process-wide caveat).
+/// image encoded, then `questions` official questions scored in one batched pass. Under a dry
+/// run as [`pool_phases`] (needs a vision tower; the same process-wide caveat).
 pub async fn study_flow(
     model: &Model,
     studies: usize,
     questions: usize,
-) -> Result<(u64, Vec<u64>), ModelError> {
+) -> Result<StudyFlow, ModelError> {
     let size = model
         .vision
         .as_ref()
@@ -105,6 +117,7 @@ pub async fn study_flow(
     let pixels = vec![0.0f32; 3 * size * size];
     let reserved = || super::device_bytes(model).unwrap_or(0);
     let after_load = reserved();
+    crate::destroying_device::reset_peak();
     let _dry = DryRun::new();
     let mut session = Session::new(model);
     let mut after_each = Vec::with_capacity(studies);
@@ -116,5 +129,10 @@ pub async fn study_flow(
         session.score_many(&prompts, &[f]).await?;
         after_each.push(reserved());
     }
-    Ok((after_load, after_each))
+    let wrapped = crate::destroying_device::counts();
+    Ok(StudyFlow {
+        after_load,
+        after_each,
+        peak_buffer_bytes: (wrapped.created > 0).then_some(wrapped.peak_live_bytes),
+    })
 }

@@ -18,7 +18,7 @@ mod memory;
 
 pub use kernels::{KernelTiming, MAX_REPS, MIN_TIMED_MS, kernel_survey, next_reps};
 use kernels::{time_kernel, timed_at};
-pub use memory::{PoolPhases, pool_phases, study_flow};
+pub use memory::{PoolPhases, StudyFlow, pool_phases, study_flow};
 
 /// Device memory at the end of one stage of the harness.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -649,13 +649,17 @@ pub async fn profile_passes(
             roof,
         ));
 
-        let mut study = Session::new(model);
-        let f = study.add_image("profile", pixels)?;
+        // The same session moved on, as the evaluation does: a second session beside the
+        // first held both studies' pages.
+        session.next_study();
+        let f = session.add_image("profile", pixels)?;
         let prompts = study_prompts(model, 0..opts.questions.max(2))?;
         sync(model).await?;
         let t = clock.now_ms();
         let p = launches::profile();
-        study.score_many(&prompts, std::slice::from_ref(&f)).await?;
+        session
+            .score_many(&prompts, std::slice::from_ref(&f))
+            .await?;
         sync(model).await?;
         let wall = clock.now_ms() - t;
         passes.push(ProfiledPass::new(
