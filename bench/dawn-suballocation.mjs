@@ -12,10 +12,10 @@
 //
 //   node bench/dawn-suballocation.mjs [--buffers 400] [--bytes 2654208] [--out r.json]
 
-import { createServer } from 'node:http';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
+import { servePage } from './page-server.mjs';
 import { ownChromiumProcesses } from './rss.mjs';
 
 const { values: args } = parseArgs({
@@ -66,11 +66,7 @@ window.release = async () => {
 };
 </script>`;
 
-const server = createServer((_, res) => {
-  res.setHeader('content-type', 'text/html');
-  res.end(page);
-}).listen(0, '127.0.0.1');
-await new Promise((r) => server.once('listening', r));
+const server = await servePage(page);
 
 // Resident and mapped bytes of this script's GPU process.
 const gpuProcess = () => ownChromiumProcesses().filter((p) => p.kind === 'gpu')
@@ -88,7 +84,7 @@ for (const suballocation of [true, false]) {
   try {
     for (const shared of [false, true]) {
       const tab = await browser.newPage();
-      await tab.goto(`http://127.0.0.1:${server.address().port}/`);
+      await tab.goto(server.url);
       await tab.evaluate(async () => {
         const a = await navigator.gpu.requestAdapter();
         await a.requestDevice();

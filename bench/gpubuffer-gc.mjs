@@ -16,11 +16,11 @@
 // 4,090,824 kB without (nothing was collected during the run). With 500 or 2,000 dispatches after each
 // buffer, the dropped ones were collected at 9-10 s (3.4-4.0 GiB until then); with destroy(), 0.35 GiB.
 
-import { createServer } from 'node:http';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
+import { servePage } from './page-server.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -94,11 +94,7 @@ window.churn = async (n, mb, destroy, dispatches, afterS) => {
 };
 </script>`;
 
-const server = createServer((_, res) => {
-  res.setHeader('content-type', 'text/html');
-  res.end(page);
-}).listen(0, '127.0.0.1');
-await new Promise((r) => server.once('listening', r));
+const server = await servePage(page);
 
 const gpuProcessKb = () => {
   let pids = [];
@@ -127,7 +123,7 @@ const results = [];
 try {
   for (const destroy of [true, false]) {
     const tab = await browser.newPage();
-    await tab.goto(`http://127.0.0.1:${server.address().port}/`);
+    await tab.goto(server.url);
     const before = gpuProcessKb();
     let max = before;
     const t0 = Date.now();
