@@ -23,10 +23,21 @@ impl BackendKind {
     }
 }
 
-/// A GPU could not be opened.
+/// A GPU could not be opened, or an open one failed a request.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("no usable GPU adapter: {0}")]
-pub struct DeviceError(pub String);
+pub enum DeviceError {
+    /// No adapter or device could be opened.
+    #[error("no usable GPU adapter: {0}")]
+    NoAdapter(String),
+    /// The open device failed while doing something for us.
+    #[error("{doing}: {detail}")]
+    Failed {
+        /// What was asked of the device, as a user reads it.
+        doing: &'static str,
+        /// What the runtime said.
+        detail: String,
+    },
+}
 
 pub use crate::kernels::queues_work;
 
@@ -124,12 +135,12 @@ pub fn wgpu() -> Result<Device, DeviceError> {
                 let d = options
                     .setup(setup)
                     .init()
-                    .map_err(|e| DeviceError(format!("{e:?}")))?;
+                    .map_err(|e| DeviceError::NoAdapter(format!("{e:?}")))?;
                 (d, queue)
             } else {
                 let (d, setup) = options
                     .init_with_setup()
-                    .map_err(|e| DeviceError(format!("{e:?}")))?;
+                    .map_err(|e| DeviceError::NoAdapter(format!("{e:?}")))?;
                 (d, setup.queue)
             };
             let _ = QUEUE.set(queue);
@@ -157,7 +168,7 @@ pub async fn wgpu_async() -> Result<Device, DeviceError> {
     let d = Device::wgpu_options()
         .setup(setup)
         .init()
-        .map_err(|e| DeviceError(format!("{e:?}")))?;
+        .map_err(|e| DeviceError::NoAdapter(format!("{e:?}")))?;
     WGPU_DEVICE.with(|w| *w.borrow_mut() = Some(device));
     WGPU_QUEUE.with(|w| *w.borrow_mut() = Some(queue));
     crate::quant::probe::probe_native_half(&d).await;
@@ -191,7 +202,7 @@ async fn destroying_setup() -> Result<burn::tensor::wgpu::WgpuSetup, DeviceError
             ..Default::default()
         })
         .await
-        .map_err(|e| DeviceError(e.to_string()))?;
+        .map_err(|e| DeviceError::NoAdapter(e.to_string()))?;
     let (device, queue) = adapter
         .request_device(&wgpu::DeviceDescriptor {
             label: None,
@@ -203,7 +214,7 @@ async fn destroying_setup() -> Result<burn::tensor::wgpu::WgpuSetup, DeviceError
             ..Default::default()
         })
         .await
-        .map_err(|e| DeviceError(e.to_string()))?;
+        .map_err(|e| DeviceError::NoAdapter(e.to_string()))?;
     let (device, queue) = crate::destroying_device::wrap(device, queue);
     let backend = adapter.get_info().backend;
     Ok(burn::tensor::wgpu::WgpuSetup {
@@ -310,16 +321,38 @@ pub fn exclusive_pool_requested() -> bool {
         || std::env::var_os("REXVQA_EXCLUSIVE_POOL").is_some_and(|v| v == "1")
 }
 
+/// Waits until the device has run everything queued so far: the CubeCL client's barrier
+/// (`queue.on_submitted_work_done`), awaited, never `Device::sync`, which blocks the thread on
+/// a condition variable and panics in a browser ("condvar wait not supported"). Reading back a
+/// fresh one-element tensor, which this used to do, does not wait: measured on lavapipe, a
+/// 256×2048×2048 matmul "synced" in 0.000 s and its own output read took 0.84 s, so every
+/// timing then measured launches, not work. The CPU backend runs its ops as they are called.
+pub async fn sync(device: &Device) -> Result<(), DeviceError> {
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(d) => {
+            d.client().sync().await.map_err(|e| DeviceError::Failed {
+                doing: "waiting for the GPU's queued work",
+                detail: format!("{e:?}"),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Gives the free pages of `device`'s memory pools back (CubeCL's `memory_cleanup`): with the
 /// browser's device they are destroyed once every encoder that recorded commands before the
 /// release has been submitted (at once when the work queued so far is submitted). Nothing on
 /// the CPU.
 pub fn release_free_memory(device: &Device) -> Result<(), DeviceError> {
     match device.as_dispatch() {
-        burn::backend::DispatchDevice::Cube(d) => d
-            .client()
-            .memory_cleanup()
-            .map_err(|e| DeviceError(format!("releasing free GPU memory: {e:?}"))),
+        burn::backend::DispatchDevice::Cube(d) => {
+            d.client()
+                .memory_cleanup()
+                .map_err(|e| DeviceError::Failed {
+                    doing: "releasing free GPU memory",
+                    detail: format!("{e:?}"),
+                })
+        }
         _ => Ok(()),
     }
 }
@@ -351,4 +384,25 @@ pub fn pool_lines(device: &Device) -> Vec<String> {
         }
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceError;
+
+    /// A request the open device fails (a wait, a release) once read "no usable GPU adapter",
+    /// which is not what went wrong.
+    #[test]
+    fn a_failed_request_does_not_read_as_a_missing_adapter() {
+        let e = DeviceError::Failed {
+            doing: "waiting for the GPU's queued work",
+            detail: "Lost".into(),
+        };
+        assert_eq!(
+            crate::model::ModelError::from(e).to_string(),
+            "the device failed: waiting for the GPU's queued work: Lost"
+        );
+        let e = DeviceError::NoAdapter("none found".into());
+        assert_eq!(e.to_string(), "no usable GPU adapter: none found");
+    }
 }

@@ -365,15 +365,14 @@ impl<'m> Session<'m> {
         if !crate::device::exclusive_pool_requested() {
             return Ok(());
         }
-        crate::device::release_free_memory(self.model.device())
-            .map_err(|e| ModelError::Device(e.to_string()))
+        Ok(crate::device::release_free_memory(self.model.device())?)
     }
 
     /// Before a pass: after an image encode, waits for it to run and gives the free pages back
     /// (see [`Session::add_image`]).
     async fn before_pass(&mut self) -> Result<(), ModelError> {
         if std::mem::take(&mut self.shed_after_encode) {
-            crate::bench::sync_device(self.model.device()).await?;
+            crate::device::sync(self.model.device()).await?;
             self.shed_free_pages()?;
         }
         Ok(())

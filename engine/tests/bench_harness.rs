@@ -272,7 +272,7 @@ fn dry_runs_count_what_real_runs_do() {
     }
 }
 
-/// Every timing ends with `sync_device`, so it must wait for the work queued before it, not
+/// Every timing ends with `device::sync`, so it must wait for the work queued before it, not
 /// only for itself: reading back a fresh one-element tensor, its old form, returned at once
 /// (0.007 s after four 256-row matmuls whose output then took 1.07 s to read on lavapipe),
 /// and every GPU figure measured launches. After a real barrier, reading the output only
@@ -295,7 +295,7 @@ fn the_device_sync_waits_for_queued_work() {
     for _ in 0..3 {
         y = q.matmul_variant(x.clone(), Kernel::Tiled, Half::Integer);
     }
-    pollster::block_on(rexvqa_engine::bench::sync_device(&dev)).unwrap();
+    pollster::block_on(rexvqa_engine::device::sync(&dev)).unwrap();
     let synced = t.elapsed().as_secs_f64();
     let t = std::time::Instant::now();
     let y = pollster::block_on(y.into_data_async()).unwrap();

@@ -192,7 +192,7 @@ fn next_study_releases_the_last_study_after_the_next_encode() {
     let prompts = rexvqa_engine::bench::study_prompts(&model, 0..2).unwrap();
     let _dry = burn_cubecl::cubecl::dry_run::DryRun::new();
     let in_use = || {
-        pollster::block_on(rexvqa_engine::bench::sync_device(&device)).unwrap();
+        pollster::block_on(rexvqa_engine::device::sync(&device)).unwrap();
         device.memory_pool_usage().unwrap().bytes_in_use
     };
     let mut session = Session::new(&model);

@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::sync_device;
 use crate::eval::Clock;
 use crate::model::ModelError;
 use crate::quant::{GEMV_MAX_M, Half, Kernel, QMatrix};
@@ -88,14 +87,14 @@ pub(super) async fn time_kernel(
         burn::tensor::Tensor::<2>::from_data(burn::tensor::TensorData::new(x, [m, q.cols]), device);
     // The warm-up compiles the kernel for this type.
     drop(q.matmul_variant(x.clone(), kernel, half));
-    sync_device(device).await?;
+    crate::device::sync(device).await?;
     let mut reps = reps.max(1);
     let ms = loop {
         let t = clock.now_ms();
         for _ in 0..reps {
             drop(q.matmul_variant(x.clone(), kernel, half));
         }
-        sync_device(device).await?;
+        crate::device::sync(device).await?;
         let span = clock.now_ms() - t;
         match next_reps(reps, span) {
             Some(more) => reps = more,

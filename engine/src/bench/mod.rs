@@ -367,24 +367,7 @@ async fn dispatch_chain(model: &Model, clock: &impl Clock) -> Result<(f64, f64),
 }
 
 async fn sync(model: &Model) -> Result<(), ModelError> {
-    sync_device(model.device()).await
-}
-
-/// Waits until the device has run everything queued so far: the CubeCL client's barrier
-/// (`queue.on_submitted_work_done`), awaited, never `Device::sync`, which blocks the thread on
-/// a condition variable and panics in a browser ("condvar wait not supported"). Reading back a
-/// fresh one-element tensor, which this used to do, does not wait: measured on lavapipe, a
-/// 256×2048×2048 matmul "synced" in 0.000 s and its own output read took 0.84 s, so every
-/// timing then measured launches, not work. The CPU backend runs its ops as they are called.
-pub async fn sync_device(device: &burn::tensor::Device) -> Result<(), ModelError> {
-    match device.as_dispatch() {
-        burn::backend::DispatchDevice::Cube(d) => d
-            .client()
-            .sync()
-            .await
-            .map_err(|e| ModelError::Readback(format!("{e:?}"))),
-        _ => Ok(()),
-    }
+    Ok(crate::device::sync(model.device()).await?)
 }
 
 /// Device memory reserved now (None on the CPU backend).
@@ -681,8 +664,7 @@ pub async fn profile_passes(
 /// commands that could name them. Natively wgpu frees them when they are dropped.
 async fn give_back_free_pages(model: &Model) -> Result<(), ModelError> {
     sync(model).await?;
-    crate::device::release_free_memory(model.device())
-        .map_err(|e| ModelError::Device(e.to_string()))
+    Ok(crate::device::release_free_memory(model.device())?)
 }
 
 /// Runs the harness (needs a vision tower).

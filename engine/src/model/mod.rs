@@ -86,3 +86,9 @@ pub enum ModelError {
     #[error("{0}")]
     Prompt(String),
 }
+
+impl From<crate::device::DeviceError> for ModelError {
+    fn from(e: crate::device::DeviceError) -> Self {
+        ModelError::Device(e.to_string())
+    }
+}
