@@ -15,7 +15,9 @@
 // Chromium processes' peak resident memory sampled from /proc every 250 ms, and what they hold
 // once settled (`--settle-s` seconds idle) before the import and after the load: on SwiftShader the
 // GPU process's difference is what the weights cost the browser, beside the model card's device
-// bytes (REXVQA_CHROMIUM can name a wrapper that adds Dawn's flags).
+// bytes (REXVQA_CHROMIUM can name a wrapper that adds Dawn's flags). Read its anonymous part
+// (`gpu_anon`): VmRSS also counts shared and file-backed pages, whose part after the 4B pair's load
+// moved by 120 MiB between identical runs where RssAnon moved by 1-15 MiB.
 import { execFileSync } from 'node:child_process';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';

@@ -8,7 +8,8 @@
 import { readFileSync, readdirSync } from 'node:fs';
 
 // This script's own Chromium renderer and GPU processes (another browser running beside it must
-// not count), each with its kind and its resident and mapped bytes (VmRSS, VmSize).
+// not count), each with its kind and its resident and mapped bytes (VmRSS, VmSize), and the
+// anonymous part of the resident bytes (RssAnon: the heap and buffers, not the mapped libraries).
 export function ownChromiumProcesses() {
   const parent = new Map();
   const pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
@@ -35,7 +36,8 @@ export function ownChromiumProcesses() {
       if (!kind) continue;
       const status = readFileSync(`/proc/${pid}/status`, 'utf8');
       const kb = (field) => Number(status.match(new RegExp(`${field}:\\s+(\\d+)`))?.[1] ?? 0);
-      found.push({ pid, kind, rss_bytes: kb('VmRSS') * 1024, size_bytes: kb('VmSize') * 1024 });
+      found.push({ pid, kind, rss_bytes: kb('VmRSS') * 1024, size_bytes: kb('VmSize') * 1024,
+        anon_bytes: kb('RssAnon') * 1024 });
     } catch { /* the process ended */ }
   }
   return found;
@@ -44,13 +46,18 @@ export function ownChromiumProcesses() {
 export function rssSampler() {
   const peak = { renderer: 0, gpu: 0 };
   const phases = {};
-  const last = { renderer: 0, gpu: 0 };
+  // `last` also gives each kind's anonymous bytes (`gpu_anon`, `renderer_anon`).
+  const last = { renderer: 0, gpu: 0, renderer_anon: 0, gpu_anon: 0 };
   let phase = 'start';
   const sample = () => {
     const now = { renderer: 0, gpu: 0 };
-    for (const p of ownChromiumProcesses()) now[p.kind] += p.rss_bytes;
+    const anon = { renderer_anon: 0, gpu_anon: 0 };
+    for (const p of ownChromiumProcesses()) {
+      now[p.kind] += p.rss_bytes;
+      anon[`${p.kind}_anon`] += p.anon_bytes;
+    }
     phases[phase] ??= { renderer: 0, gpu: 0 };
-    Object.assign(last, now);
+    Object.assign(last, now, anon);
     for (const k of Object.keys(peak)) {
       peak[k] = Math.max(peak[k], now[k]);
       phases[phase][k] = Math.max(phases[phase][k], now[k]);
