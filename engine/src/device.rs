@@ -357,6 +357,15 @@ pub fn release_free_memory(device: &Device) -> Result<(), DeviceError> {
     }
 }
 
+/// Waits for the work queued so far ([`sync`]), then gives the free pages back
+/// ([`release_free_memory`]): a wrapped device then destroys them at once, since no encoder
+/// holds commands that could name them and no queued work still uses them. Natively wgpu frees
+/// them when they are dropped.
+pub async fn release_after_queued_work(device: &Device) -> Result<(), DeviceError> {
+    sync(device).await?;
+    release_free_memory(device)
+}
+
 /// One line per non-empty pool of `device`: its kind, pages now and at most, bytes reserved and
 /// in use, and the largest allocation it served. Empty for the CPU.
 pub fn pool_lines(device: &Device) -> Vec<String> {

@@ -371,9 +371,9 @@ impl<'m> Session<'m> {
     /// Before a pass: after an image encode, waits for it to run and gives the free pages back
     /// (see [`Session::add_image`]).
     async fn before_pass(&mut self) -> Result<(), ModelError> {
+        // Set only where the pool keeps a page per allocation (`add_image`).
         if std::mem::take(&mut self.shed_after_encode) {
-            crate::device::sync(self.model.device()).await?;
-            self.shed_free_pages()?;
+            crate::device::release_after_queued_work(self.model.device()).await?;
         }
         Ok(())
     }

@@ -659,12 +659,10 @@ pub async fn profile_passes(
     })
 }
 
-/// Gives the pools' free pages back ([`crate::device::release_free_memory`]) with the work
-/// queued so far submitted: a wrapped device then destroys them at once, since no encoder holds
-/// commands that could name them. Natively wgpu frees them when they are dropped.
+/// Gives the pools' free pages back once the work queued so far has run
+/// ([`crate::device::release_after_queued_work`]).
 async fn give_back_free_pages(model: &Model) -> Result<(), ModelError> {
-    sync(model).await?;
-    Ok(crate::device::release_free_memory(model.device())?)
+    Ok(crate::device::release_after_queued_work(model.device()).await?)
 }
 
 /// Runs the harness (needs a vision tower).
