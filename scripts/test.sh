@@ -25,6 +25,8 @@ stage() {
 
 stage "setup" scripts/setup.sh test || true
 stage "cargo fmt --check" cargo fmt --all --check
+stage "house limits (scripts/house.sh)" scripts/house.sh
+stage "bench figures table current (bench/figures.py --check)" python3 bench/figures.py --check
 # The GPU kit's scripts on a stub kit (~10 s, nothing built): bench/device/README.md.
 stage "GPU kit scripts (bench/device/check.sh)" bench/device/check.sh
 stage "clippy (native)" cargo clippy --workspace --all-targets -- -D warnings

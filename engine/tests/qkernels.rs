@@ -550,3 +550,84 @@ fn wgpu_fused_argmax_takes_the_first_largest_column_of_each_row() {
         assert_eq!(want[2], 0, "a row of equal values gives its first column");
     }
 }
+
+/// The in-place row writes of `kernels::buffers`.
+mod buffers {
+    use burn::tensor::{Distribution, Tensor};
+
+    fn values(t: Tensor<2>) -> Vec<f32> {
+        t.into_data().try_into_vec::<f32>().unwrap()
+    }
+
+    /// [`rexvqa_engine::kernels::buffers::map_row_blocks`] hands `f` blocks of at most the rows asked, as even as can be
+    /// (10 rows in at most 3: 3, 3, 3 and 1), and stacks what it returns in order, on the GPU
+    /// and the CPU; a block of all rows is `f` itself.
+    #[test]
+    fn row_blocks_are_mapped_and_stacked_in_order() {
+        let gpu = rexvqa_engine::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        for dev in [gpu, rexvqa_engine::device::cpu()] {
+            let x = Tensor::<2>::random([10, 4], Distribution::Default, &dev);
+            // Each block's rows, widened to 6 columns and offset by the block's length, so a
+            // block out of place or of the wrong length shows.
+            let f = |b: Tensor<2>| {
+                let n = b.dims()[0];
+                let head = b.clone().slice([0..n, 0..2]);
+                Tensor::cat(vec![b, head], 1).add_scalar(n as f32)
+            };
+            let lens = std::cell::RefCell::new(Vec::new());
+            let mapped = rexvqa_engine::kernels::buffers::map_row_blocks(x.clone(), 3, |b| {
+                lens.borrow_mut().push(b.dims()[0]);
+                f(b)
+            });
+            assert_eq!(*lens.borrow(), [3, 3, 3, 1]);
+            let want: Vec<Tensor<2>> = [0..3, 3..6, 6..9, 9..10]
+                .into_iter()
+                .map(|r| f(x.clone().slice([r, 0..4])))
+                .collect();
+            assert_eq!(values(mapped), values(Tensor::cat(want, 0)));
+            assert_eq!(
+                values(rexvqa_engine::kernels::buffers::map_row_blocks(
+                    x.clone(),
+                    10,
+                    f
+                )),
+                values(f(x))
+            );
+        }
+    }
+
+    /// Rows stacked by [`rexvqa_engine::kernels::buffers::cat_rows`] (one part a transposed view, read through its
+    /// strides) and written over a buffer's rows by [`rexvqa_engine::kernels::buffers::write_rows`] hold exactly burn's
+    /// `cat` and `slice_assign` of the same values, on the GPU (the kernel) and the CPU; and
+    /// positions moved by [`rexvqa_engine::kernels::buffers::copy_positions`] (GPU only) are the source's, each head at
+    /// its own place in the larger buffer.
+    #[test]
+    fn written_stacked_and_moved_rows_hold_their_sources() {
+        let gpu = rexvqa_engine::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        let x = Tensor::<3>::random([7, 2, 3], Distribution::Default, &gpu).swap_dims(0, 1);
+        let moved = rexvqa_engine::kernels::buffers::copy_positions(x.clone(), 4, 9);
+        assert_eq!(moved.dims(), [2, 9, 3]);
+        let valid = |t: Tensor<3>| values(t.slice([0..2, 0..4, 0..3]).reshape([8, 3]));
+        assert_eq!(valid(moved), valid(x));
+        for dev in [gpu, rexvqa_engine::device::cpu()] {
+            let rand = |s: [usize; 2]| Tensor::<2>::random(s, Distribution::Default, &dev);
+            let parts = vec![rand([3, 5]), rand([5, 4]).swap_dims(0, 1), rand([2, 5])];
+            let want = values(Tensor::cat(parts.clone(), 0));
+            assert_eq!(
+                values(rexvqa_engine::kernels::buffers::cat_rows(parts.clone())),
+                want
+            );
+            let base = rand([12, 5]);
+            let expected = values(base.clone().slice_assign([6..10, 0..5], parts[1].clone()));
+            let fresh = Tensor::<2>::zeros([12, 5], &dev) + base;
+            assert_eq!(
+                values(rexvqa_engine::kernels::buffers::write_rows(
+                    fresh,
+                    6,
+                    parts[1].clone()
+                )),
+                expected
+            );
+        }
+    }
+}

@@ -9,7 +9,17 @@ use burn::tensor::Tensor;
 
 use super::{decode_attention, fused_attention as fused, wide_attention as wide};
 use crate::kernels::forms::{self, Form};
-use crate::model::attention::Mask;
+
+/// An additive attention mask (`[t, s]`, 0 or −∞) and what the caller promises about it.
+#[derive(Debug, Clone)]
+pub struct Mask {
+    /// The values: 0 where a query row attends to a key, −∞ where not.
+    pub values: Tensor<2>,
+    /// `Some(n)`: queries sit at the last `t` of the `s` key positions and row `i` sees no key
+    /// past position `s − t + i + n` (causal, with bidirectional spans of up to `n + 1` tokens), so
+    /// a kernel may skip the keys past it; `None`: no promise.
+    pub lookahead: Option<usize>,
+}
 
 /// The fused GPU attention kernels, each a backend extension of the same signature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,11 +1,13 @@
 //! Every CubeCL kernel of the engine, with its host launcher: the quantised products and gathers
 //! that decode GGUF blocks ([`quant`], launched by `crate::quant`'s GPU ops), the fused row
-//! kernels ([`rows`] launching [`row_kernels`]) and the fused attention kernels ([`attention`]'s
+//! kernels ([`rows`] launching [`row_kernels`]; [`argmax`] and the in-place writes of [`buffers`] beside them) and the fused attention kernels ([`attention`]'s
 //! one wrapper over [`fused_attention`], [`decode_attention`] and [`wide_attention`]). The model calls them through
 //! [`crate::model::nn`] and [`crate::model::attention`], which keep the composed burn path for the
 //! CPU; [`runs`] is the one question of whether a fused form runs on a device.
 
+pub mod argmax;
 pub mod attention;
+pub mod buffers;
 pub mod decode_attention;
 pub mod forms;
 pub mod fused_attention;

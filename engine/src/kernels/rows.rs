@@ -20,10 +20,9 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::empty_device_dtype};
 
 use super::row_kernels::{
-    ELEMENT_THREADS, ROW_THREADS, add_rms_norm_then_norm_kernel, argmax_final_kernel,
-    argmax_partial_kernel, gelu_halves_kernel, gelu_kernel, layer_norm_kernel, per_lane,
-    qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel, row_threads,
-    write_positions_kernel,
+    ELEMENT_THREADS, add_rms_norm_then_norm_kernel, gelu_halves_kernel, gelu_kernel,
+    layer_norm_kernel, per_lane, qk_norm_rope_store_kernel, rms_norm_kernel, rms_norm_rope_kernel,
+    row_threads, write_positions_kernel,
 };
 use crate::kernels::forms::{self, Form};
 
@@ -469,64 +468,8 @@ impl RowOps for CubeBackend {
     }
 
     fn fused_argmax(x: CubeTensor) -> CubeTensor {
-        let x = into_contiguous(x);
-        let (rows, n) = rows_of(&x);
-        let groups = argmax_groups(n);
-        let chunk = n.div_ceil(groups);
-        let client = x.client.clone();
-        let part = |dtype| {
-            empty_device_dtype(
-                client.clone(),
-                x.device.clone(),
-                [rows * groups].into(),
-                dtype,
-            )
-        };
-        let (vals, ids) = (part(DType::F32), part(DType::U32));
-        let out = empty_device_dtype(client.clone(), x.device.clone(), [rows].into(), DType::U32);
-        crate::launches::note_bytes(rows * n * 4);
-        let dim = cubecl::CubeDim::new_1d(ARGMAX_THREADS);
-        argmax_partial_kernel::launch(
-            &client,
-            cubecl::CubeCount::Static(groups as u32, rows as u32, 1),
-            dim,
-            x.clone().into_tensor_arg(),
-            vals.clone().into_tensor_arg(),
-            ids.clone().into_tensor_arg(),
-            n as u32,
-            chunk as u32,
-            ARGMAX_THREADS as usize,
-        );
-        argmax_final_kernel::launch(
-            &client,
-            cubecl::CubeCount::Static(1, rows as u32, 1),
-            dim,
-            vals.into_tensor_arg(),
-            ids.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            n as u32,
-            groups as u32,
-            ARGMAX_THREADS as usize,
-        );
-        out
+        super::argmax::launch_argmax(x)
     }
-}
-
-/// Invocations of the argmax's workgroups (both passes): 64 lanes reading sixteen columns
-/// each, where 256 lanes read four. A vocabulary row of 262,144 still spreads over 256
-/// workgroups, but each reduction is 6 barriers over 64 slots, not 8 over 256: on a software
-/// adapter the reductions cost more than the reads, and SwiftShader zero-initialises the slots
-/// in every subgroup of 4 (a tiny pair's token: argmax 98 ms of 450 in Chromium, 29-50 ms
-/// natively, with 256 lanes).
-const ARGMAX_THREADS: u32 = 64;
-
-/// Columns each workgroup of [`argmax_partial_kernel`] scans at least (sixteen a lane).
-const ARGMAX_MIN_CHUNK: usize = 16 * ARGMAX_THREADS as usize;
-
-/// Workgroups per row of the argmax's first pass: at most [`ROW_THREADS`], four for each lane
-/// of the second.
-fn argmax_groups(n: usize) -> usize {
-    n.div_ceil(ARGMAX_MIN_CHUNK).clamp(1, ROW_THREADS as usize)
 }
 
 /// Fused [`crate::model::nn::rms_norm`] (plus `residual` when given), over the last dimension.
@@ -658,159 +601,8 @@ pub fn gelu_halves<const D: usize>(x: BurnTensor<D>) -> BurnTensor<D> {
     forms::perturb(Form::FusedGelu, out)
 }
 
-/// The first `len` positions of `x [heads, ≥ len, d]` in a new `[heads, cap, d]` buffer, the
-/// positions past `len` unwritten (never read: views stop at the valid length). GPU devices
-/// only, like the kernels.
-pub fn copy_positions(x: BurnTensor<3>, len: usize, cap: usize) -> BurnTensor<3> {
-    let [heads, _, d] = x.dims();
-    let fresh = BurnTensor::<3>::empty([heads, cap, d], &x.device());
-    BurnTensor::<3>::from_dispatch(<Dispatch as RowOps>::write_positions(
-        fresh.into_dispatch(),
-        0,
-        x.into_dispatch(),
-        len,
-    ))
-}
-
-/// `dst` with `src [n, d]` written over its rows `start..start + n`. On a GPU in place, one
-/// dispatch whatever the runtime's handle count says: burn's `slice_assign` (and `cat`, made of
-/// it) copies a buffer first when the count reads shared, and a fresh one reads shared for the
-/// moment CubeCL's device thread binds it, so the dispatches of a pass varied from run to run.
-/// The caller's `dst` must be its own (fresh, or read by nothing else). The CPU assigns.
-pub fn write_rows(dst: BurnTensor<2>, start: usize, src: BurnTensor<2>) -> BurnTensor<2> {
-    let [n, d] = src.dims();
-    if !crate::device::queues_work(&dst.device()) {
-        return dst.slice_assign([start..start + n, 0..d], src);
-    }
-    // One head: the leading unit dimension is a stride change, never a copy.
-    let written = <Dispatch as RowOps>::write_positions(
-        dst.unsqueeze::<3>().into_dispatch(),
-        start,
-        src.unsqueeze::<3>().into_dispatch(),
-        n,
-    );
-    BurnTensor::<3>::from_dispatch(written).squeeze_dim::<2>(0)
-}
-
-/// `parts` (`[n_i, d]` each, at least one) stacked into one `[Σ n_i, d]`: [`write_rows`] into a
-/// fresh buffer on a GPU, burn's `cat` on the CPU.
-pub fn cat_rows(parts: Vec<BurnTensor<2>>) -> BurnTensor<2> {
-    let first = parts
-        .first()
-        .expect("cat_rows: at least one part, as burn's cat");
-    let device = first.device();
-    if !crate::device::queues_work(&device) {
-        return BurnTensor::cat(parts, 0);
-    }
-    let d = first.dims()[1];
-    let rows = parts.iter().map(|p| p.dims()[0]).sum();
-    let mut out = BurnTensor::<2>::empty([rows, d], &device);
-    let mut start = 0;
-    for p in parts {
-        let n = p.dims()[0];
-        out = write_rows(out, start, p);
-        start += n;
-    }
-    out
-}
-
-/// `f` on `x [t, d]` in blocks of at most `max_rows` rows, as even as can be, stacked in order:
-/// `f(x)` for an `f` that treats rows apart, with `f`'s intermediates a block's size. Each
-/// block's result is written into the output as it comes ([`write_rows`]), so only one lives.
-pub fn map_row_blocks(
-    x: BurnTensor<2>,
-    max_rows: usize,
-    f: impl Fn(BurnTensor<2>) -> BurnTensor<2>,
-) -> BurnTensor<2> {
-    let [t, d] = x.dims();
-    if t <= max_rows {
-        return f(x);
-    }
-    let per = t.div_ceil(t.div_ceil(max_rows.max(1)));
-    let device = x.device();
-    let mut out: Option<BurnTensor<2>> = None;
-    for start in (0..t).step_by(per) {
-        let y = f(x.clone().slice([start..(start + per).min(t), 0..d]));
-        let dst = out
-            .take()
-            .unwrap_or_else(|| BurnTensor::<2>::empty([t, y.dims()[1]], &device));
-        out = Some(write_rows(dst, start, y));
-    }
-    out.expect("t > max_rows: at least one block")
-}
-
 /// Fused argmax of each row of `x [rows, n]`: `[rows]` u32 on the device, the first column
 /// on ties (as [`crate::model::nn::argmax`]).
 pub fn argmax(x: BurnTensor<2>) -> BurnTensor<1, Int> {
     BurnTensor::<1, Int>::from_dispatch(<Dispatch as RowOps>::fused_argmax(x.into_dispatch()))
-}
-
-#[cfg(test)]
-mod tests {
-    use burn::tensor::{Distribution, Tensor};
-
-    fn values(t: Tensor<2>) -> Vec<f32> {
-        t.into_data().try_into_vec::<f32>().unwrap()
-    }
-
-    /// [`super::map_row_blocks`] hands `f` blocks of at most the rows asked, as even as can be
-    /// (10 rows in at most 3: 3, 3, 3 and 1), and stacks what it returns in order, on the GPU
-    /// and the CPU; a block of all rows is `f` itself.
-    #[test]
-    fn row_blocks_are_mapped_and_stacked_in_order() {
-        let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
-        for dev in [gpu, crate::device::cpu()] {
-            let x = Tensor::<2>::random([10, 4], Distribution::Default, &dev);
-            // Each block's rows, widened to 6 columns and offset by the block's length, so a
-            // block out of place or of the wrong length shows.
-            let f = |b: Tensor<2>| {
-                let n = b.dims()[0];
-                let head = b.clone().slice([0..n, 0..2]);
-                Tensor::cat(vec![b, head], 1).add_scalar(n as f32)
-            };
-            let lens = std::cell::RefCell::new(Vec::new());
-            let mapped = super::map_row_blocks(x.clone(), 3, |b| {
-                lens.borrow_mut().push(b.dims()[0]);
-                f(b)
-            });
-            assert_eq!(*lens.borrow(), [3, 3, 3, 1]);
-            let want: Vec<Tensor<2>> = [0..3, 3..6, 6..9, 9..10]
-                .into_iter()
-                .map(|r| f(x.clone().slice([r, 0..4])))
-                .collect();
-            assert_eq!(values(mapped), values(Tensor::cat(want, 0)));
-            assert_eq!(
-                values(super::map_row_blocks(x.clone(), 10, f)),
-                values(f(x))
-            );
-        }
-    }
-
-    /// Rows stacked by [`super::cat_rows`] (one part a transposed view, read through its
-    /// strides) and written over a buffer's rows by [`super::write_rows`] hold exactly burn's
-    /// `cat` and `slice_assign` of the same values, on the GPU (the kernel) and the CPU; and
-    /// positions moved by [`super::copy_positions`] (GPU only) are the source's, each head at
-    /// its own place in the larger buffer.
-    #[test]
-    fn written_stacked_and_moved_rows_hold_their_sources() {
-        let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
-        let x = Tensor::<3>::random([7, 2, 3], Distribution::Default, &gpu).swap_dims(0, 1);
-        let moved = super::copy_positions(x.clone(), 4, 9);
-        assert_eq!(moved.dims(), [2, 9, 3]);
-        let valid = |t: Tensor<3>| values(t.slice([0..2, 0..4, 0..3]).reshape([8, 3]));
-        assert_eq!(valid(moved), valid(x));
-        for dev in [gpu, crate::device::cpu()] {
-            let rand = |s: [usize; 2]| Tensor::<2>::random(s, Distribution::Default, &dev);
-            let parts = vec![rand([3, 5]), rand([5, 4]).swap_dims(0, 1), rand([2, 5])];
-            let want = values(Tensor::cat(parts.clone(), 0));
-            assert_eq!(values(super::cat_rows(parts.clone())), want);
-            let base = rand([12, 5]);
-            let expected = values(base.clone().slice_assign([6..10, 0..5], parts[1].clone()));
-            let fresh = Tensor::<2>::zeros([12, 5], &dev) + base;
-            assert_eq!(
-                values(super::write_rows(fresh, 6, parts[1].clone())),
-                expected
-            );
-        }
-    }
 }

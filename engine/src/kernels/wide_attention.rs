@@ -282,7 +282,7 @@ fn attention_wide_kernel(
 #[backend_extension(Cube, Flex)]
 pub trait WideAttentionOps: burn::backend::Backend {
     /// `q [heads, t, d]`, `k`/`v` `[heads / groups, s, d]`, `mask` `[t, s]` (0 or −∞) →
-    /// `[heads, t, d]`; `lookahead` as [`crate::model::attention::Mask::lookahead`]; the keys
+    /// `[heads, t, d]`; `lookahead` as [`super::attention::Mask::lookahead`]; the keys
     /// split into `chunks` (at most one a tile of keys), or as [`chunks_for`] chooses.
     #[allow(clippy::too_many_arguments)]
     fn wide_attention(

@@ -7,22 +7,11 @@ use std::ops::Range;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Int, Tensor};
 
-pub use crate::kernels::attention::Kernel;
+pub use crate::kernels::attention::{Kernel, Mask};
 
 /// Rows of queries processed at once in attention, so the score matrix of one block stays
 /// well under a storage-buffer binding (128 MiB on many WebGPU adapters).
 const SCORE_BLOCK_BYTES: usize = 32 << 20;
-
-/// An additive attention mask (`[t, s]`, 0 or −∞) and what the caller promises about it.
-#[derive(Debug, Clone)]
-pub struct Mask {
-    /// The values: 0 where a query row attends to a key, −∞ where not.
-    pub values: Tensor<2>,
-    /// `Some(n)`: queries sit at the last `t` of the `s` key positions and row `i` sees no key
-    /// past position `s − t + i + n` (causal, with bidirectional spans of up to `n + 1` tokens), so
-    /// a kernel may skip the keys past it; `None`: no promise.
-    pub lookahead: Option<usize>,
-}
 
 /// How far past its own position a query may see under [`mask_values`] with these spans: the
 /// longest span but one (every span, not only the queries', keeps it simple and safe).

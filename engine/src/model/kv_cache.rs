@@ -109,7 +109,9 @@ impl LayerKv {
                     // One dispatch that allocates and copies: burn's `slice_assign` into a fresh
                     // buffer asks the runtime's handle count whether to copy it first, which
                     // now and then said yes (see `holders`).
-                    Some(o) if len > 0 && gpu => crate::kernels::rows::copy_positions(o, len, cap),
+                    Some(o) if len > 0 && gpu => {
+                        crate::kernels::buffers::copy_positions(o, len, cap)
+                    }
                     Some(o) if len > 0 => Tensor::<3>::empty([h, cap, d], device)
                         .slice_assign([0..h, 0..len, 0..d], o.slice([0..h, 0..len, 0..d])),
                     _ => Tensor::<3>::empty([h, cap, d], device),

@@ -14,6 +14,7 @@ pub mod config;
 pub mod decoder;
 pub mod footprint;
 pub mod kv_cache;
+mod layer;
 pub mod load;
 pub mod names;
 pub mod nn;

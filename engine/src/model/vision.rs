@@ -178,7 +178,7 @@ impl Layer {
         );
         let x = x + self.attn_out.forward(a.swap_dims(0, 1).reshape([n, h]));
         let xn = self.ln2.forward(x.clone());
-        x + crate::kernels::rows::map_row_blocks(xn, MLP_BLOCK_ROWS, |xn| {
+        x + crate::kernels::buffers::map_row_blocks(xn, MLP_BLOCK_ROWS, |xn| {
             self.ffn_down.forward(gelu_tanh(self.ffn_up.forward(xn)))
         })
     }
