@@ -34,25 +34,6 @@ stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p
   cargo clippy --target wasm32-unknown-unknown -p rexvqa-engine --no-default-features --lib --test web -- -D warnings'
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 stage "native tests" cargo test --workspace --no-fail-fast
-# The kernels' other forms, which a GPU machine times (bench/device/run.sh): the tiled kernel's
-# vector form with 4 x 4 outputs an invocation (step 10), the automatic choice splitting every
-# tiled product in 3 chunks (as on a GPU; software adapters never split), and its scalar form (a
-# second run: a form is read once per process), the matrix-vector kernel's teams of 8 invocations
-# a row, summed by subgroup shuffles on lavapipe (subgroups of 8; teams of 16 and 32 are summed
-# the same way on a GPU), two K-quant chunks a step, decode attention split over the keys, and
-# the fused attention's scalar form, and the row kernels' GPU workgroups (software adapters give
-# every row 4 lanes). The tiled kernel's GPU workgroups (software adapters take 8 x 8 invocations)
-# run in the native tests (qkernels' wgpu_tiled_kernel_in_its_other_form) and the wasm tests.
-# `--workspace`, as the native tests ran: `-p rexvqa-engine` resolves the features of the
-# engine's dependencies apart from the workspace's and built the engine and its whole stack a
-# second time (the qkernels binary of run 39 took another hash; cold, most of this stage).
-stage "other kernel forms (REXVQA_TILE_PER=v4, REXVQA_TILE_SPLIT=3, REXVQA_GEMV_TEAM=8, REXVQA_GEMV_UNROLL=2, REXVQA_DECODE_SPLIT=1, REXVQA_ROW_LANES=gpu; REXVQA_TILE_PER=s4, REXVQA_ATTENTION=scalar)" \
-  bash -c 'env REXVQA_TILE_PER=v4 REXVQA_TILE_SPLIT=3 REXVQA_GEMV_TEAM=8 REXVQA_GEMV_UNROLL=2 REXVQA_DECODE_SPLIT=1 \
-    REXVQA_ROW_LANES=gpu cargo test --workspace --test qkernels -- \
-    wgpu_kernels_match_the_reference wgpu_gelu_products wgpu_stacked_products wgpu_decode_attention \
-    wgpu_fused_row_kernels wgpu_qk_norm_rope &&
-    env REXVQA_TILE_PER=s4 REXVQA_ATTENTION=scalar cargo test --workspace --test qkernels -- \
-    wgpu_kernels_match_the_reference wgpu_stacked_products wgpu_fused_attention'
 stage "wasm tests (headless Chromium, WebGPU)" cargo test -p rexvqa-engine --target wasm32-unknown-unknown --no-default-features --test web
 e2e_fixtures() {
   # A synthetic split, the tiny model pair, and the native CLI's numbers to compare with. The

@@ -59,11 +59,11 @@ case "$1" in
     echo '[{"name": "gemv q4_k", "passed": true}, {"name": "naive q6_k", "passed": false}]'; exit 1 ;;
   bench-kernels) echo '{"adapter": {"name": "stub"}, "kernels": []}' ;;
   bench) [ -n "${STUB_SLOW_BENCH:-}" ] && sleep 30
-    if [ "${REXVQA_TILE_PER:-}" = v4 ]; then
+    if [ "${REXVQA_TILE_PER:-}" = s4 ]; then
       echo '{"load_s": 1.5, "results": {"prefill": [[300, 2500.0], [1000, 3000.0]], "image_encode_ms": 40.0,
       "kernels": [{"matrix": "blk.0.ffn_down", "half": "native", "kernel": "tiled", "m": 256, "ms": 1.0}]}}'
-    elif [ -n "${REXVQA_GEMV_UNROLL:-}${REXVQA_DECODE_SPLIT:-}" ]; then
-      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0]], "decode_tokens_per_s": '"$((${REXVQA_GEMV_UNROLL:-0} * 16 + 10))"',
+    elif [ -n "${REXVQA_GEMV_TEAM:-}${REXVQA_DECODE_SPLIT:-}" ]; then
+      echo '{"load_s": 1.5, "results": {"prefill": [[300, 2000.0]], "decode_tokens_per_s": '"$((${REXVQA_GEMV_TEAM:-0} + 10))"',
       "profile": {"passes": [{"pass": "token", "gpu_ms": 9.0, "kernels": [{"kernel": "QgemvKernel", "gpu_us": 5000.0,
         "gb_per_s": 500.0}]}]}}}'
     elif [ -n "${CUBECL_WGPU_MAX_TASKS:-}" ]; then
@@ -110,7 +110,7 @@ export VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.j
 out=$tmp/out
 mkdir -p "$out"
 # The variants the stub answers in kind (its decode figure follows the variables it is given).
-KIT_VARIANTS='REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v4;REXVQA_ATTENTION=scalar;REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_UNROLL=2' \
+KIT_VARIANTS='REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=s4;REXVQA_ATTENTION=scalar;REXVQA_DECODE_SPLIT=1;REXVQA_GEMV_TEAM=32' \
 OUT=$out KIT_DIR=$kit KIT_STEP_LIMIT_S=3 KIT_DEADLINE_S=120 bench/device/run.sh 2>"$tmp/run.log" ||
   { cat "$tmp/run.log" >&2; fail "run.sh failed on the stub kit"; }
 mkdir -p "$out/x" && tar -C "$out/x" -xf "$out/steps.tar"
@@ -144,8 +144,8 @@ assert t8["image_speedup"] == 1.25 and t8["prefill_speedup"] == {"300": 1.25, "1
 assert t8["tiled_m256_speedup"] == {"blk.0.ffn_down native": 2.0}, t8
 vr = s["variants"]
 assert st["bench-variants"].startswith("ok"), st
-assert [r["env"] for r in vr] == ["", "REXVQA_WIDE_CHUNKS=1", "REXVQA_TILE_PER=v4", "REXVQA_ATTENTION=scalar",
-                                 "REXVQA_DECODE_SPLIT=1", "REXVQA_GEMV_UNROLL=2", ""], vr
+assert [r["env"] for r in vr] == ["", "REXVQA_WIDE_CHUNKS=1", "REXVQA_TILE_PER=s4", "REXVQA_ATTENTION=scalar",
+                                 "REXVQA_DECODE_SPLIT=1", "REXVQA_GEMV_TEAM=32", ""], vr
 assert [r["decode_tokens_per_s"] for r in vr] == [90.0, 90.0, None, 90.0, 10, 42, 90.0], vr
 assert vr[4]["token_kernels_us"] == {"QgemvKernel": 5000.0} and vr[4]["gpu_ms"] == {"token": 9.0}, vr
 # This build's stub has no self-test (step 2 says so): no variant claims one.

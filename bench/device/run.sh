@@ -542,20 +542,21 @@ run_step first-answer "$B_FIRST" stdout -- "${LAUNCH_REX[@]}" "$REX" answer --mo
 run_step bench-one-submit "$B_ONE" stdout -- env CUBECL_WGPU_MAX_TASKS=512 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
   --backend wgpu --prefill "${PREFILL%%,*}" --decode "$DECODE"
 
-# 10. Prefill and the image encode with the tiled kernel's 4 x 4 blocks of outputs an invocation
-# (REXVQA_TILE_PER=v4; the default is 8 x 8 since an H200 timed both): the prefill, image and
-# per-matrix m = 256 figures against step 4's say whether the default still holds on this GPU.
-run_step bench-tile4 "$B_TILE4" stdout -- env REXVQA_TILE_PER=v4 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
+# 10. Prefill and the image encode with the tiled kernel's scalar form, 4 x 4 blocks of outputs an
+# invocation (REXVQA_TILE_PER=s4; the default reads workgroup memory as vectors, 8 x 8 blocks): the
+# prefill, image and per-matrix m = 256 figures against step 4's say whether the default still
+# holds on this GPU.
+run_step bench-tile4 "$B_TILE4" stdout -- env REXVQA_TILE_PER=s4 "${LAUNCH_REX[@]}" "$REX" bench --model "$MODEL" \
   --mmproj "$MMPROJ" --backend wgpu --prefill "$PREFILL" --decode 8 --official-max-tokens 8 --kernel-rows 256 "${ROOF[@]}"
 
 # 11. Kernel forms chosen by environment variables (KIT_VARIANTS: `;`-separated runs, each a
 # space-separated list of VAR=VALUE; by default the tiled product never split over its rows'
-# weights, the wide-head attention unsplit (one dispatch, no chunks of keys), the tiled kernel's
-# 4 x 4 blocks (split as chosen), and the tiled product in 3 and in 8 chunks), each against the
+# weights, the wide-head attention unsplit (one dispatch, no chunks of keys), the fused attention's
+# scalar form, and the tiled product in 3 and in 8 chunks), each against the
 # defaults run first and last (the spread of those two says how far one run can be trusted): the
 # pair, with the image prompt's context for decoding, and the kernel profile of each; each form's
 # self-test before its bench.
-KIT_VARIANTS=${KIT_VARIANTS-REXVQA_TILE_SPLIT=1;REXVQA_WIDE_CHUNKS=1;REXVQA_TILE_PER=v4;REXVQA_TILE_SPLIT=3;REXVQA_TILE_SPLIT=8}
+KIT_VARIANTS=${KIT_VARIANTS-REXVQA_TILE_SPLIT=1;REXVQA_WIDE_CHUNKS=1;REXVQA_ATTENTION=scalar;REXVQA_TILE_SPLIT=3;REXVQA_TILE_SPLIT=8}
 # A child bash runs it (timeout cannot run a function): the arrays go over as strings.
 bench_variants() {
   local variant sep="" out checks

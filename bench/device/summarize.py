@@ -108,7 +108,7 @@ def main():
         if one.get("decode_tokens_per_s") and rr.get("decode_tokens_per_s") else None,
     }
 
-    # Step 10: prefill and image with the tiled kernel's vector form, 4 x 4 blocks (REXVQA_TILE_PER=v4).
+    # Step 10: prefill and image with the tiled kernel's scalar form, 4 x 4 blocks (REXVQA_TILE_PER=s4).
     t8 = (result("bench-tile4") or {}).get("results") or {}
 
     def tiled_ms(res):

@@ -37,6 +37,9 @@ pub enum DeviceError {
         /// What the runtime said.
         detail: String,
     },
+    /// A `REXVQA_*` variable asks for a kernel form or pool that does not exist.
+    #[error("the GPU's tuning: {0}")]
+    Tuning(#[from] crate::tuning::TuningError),
 }
 
 pub use crate::kernels::queues_work;
@@ -120,15 +123,17 @@ pub fn wgpu() -> Result<Device, DeviceError> {
     static DEVICE: OnceLock<Result<Device, DeviceError>> = OnceLock::new();
     DEVICE
         .get_or_init(|| {
+            let tuning = crate::tuning::init()?;
             let mut options = Device::wgpu_options();
-            // REXVQA_EXCLUSIVE_POOL=1 gives the native device the pool the browser's CubeCL is
-            // built with (one page per allocation in size buckets, `exclusive_memory_only` on
-            // wasm), to measure the browser's device memory natively.
-            if exclusive_pool_requested() {
+            // The browser's pool (one page per allocation in size buckets, as CubeCL builds it
+            // with `exclusive_memory_only` on wasm), to measure the browser's device memory
+            // natively.
+            if tuning.exclusive_pool {
                 options =
                     options.memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages);
             }
-            let (d, queue) = if destroying_requested() {
+            // The browser's destroying device, where wgpu's own validation watches every call.
+            let (d, queue) = if tuning.destroying_device {
                 let setup = pollster::block_on(destroying_setup())?;
                 let queue = setup.queue.clone();
                 // `setup` keeps the memory configuration chosen above.
@@ -159,6 +164,7 @@ pub async fn wgpu_async() -> Result<Device, DeviceError> {
     if let Some(d) = DEVICE.get() {
         return Ok(d.clone());
     }
+    crate::tuning::init()?;
     let setup = destroying_setup().await?;
     // Another caller may have finished first while this one awaited.
     if let Some(d) = DEVICE.get() {
@@ -173,13 +179,6 @@ pub async fn wgpu_async() -> Result<Device, DeviceError> {
     WGPU_QUEUE.with(|w| *w.borrow_mut() = Some(queue));
     crate::quant::probe::probe_native_half(&d).await;
     Ok(DEVICE.get_or_init(|| d).clone())
-}
-
-/// Natively, `REXVQA_DESTROYING_DEVICE=1` opens the GPU through [`crate::destroying_device`],
-/// as the browser always does, to test it where wgpu's own validation watches every call.
-#[cfg(not(target_arch = "wasm32"))]
-fn destroying_requested() -> bool {
-    std::env::var_os("REXVQA_DESTROYING_DEVICE").is_some_and(|v| v == "1")
 }
 
 /// Opens an adapter and a device the way CubeCL's WGSL path does (every adapter feature but
@@ -243,9 +242,9 @@ static QUEUE: std::sync::OnceLock<burn::tensor::wgpu::wgpu::Queue> = std::sync::
 
 /// Hands the buffer writes queued on a GPU to it now, with an empty submission. CubeCL submits
 /// only where kernels are queued, and a load's chunk writes have none between them: natively
-/// wgpu then holds up to 64 of them in staging buffers (2 GB at 32 MiB a chunk), and in
-/// Chromium the 4B load held 0.5 GB more in the renderer. Nothing on the CPU. The caller
-/// flushes the device first, so that the writes have reached the queue.
+/// wgpu then holds up to 64 of them in staging buffers (2 GB at 32 MiB a chunk), and a
+/// browser holds them in the renderer too. Nothing on the CPU. The caller flushes the device
+/// first, so that the writes have reached the queue.
 pub fn submit_writes(device: &Device) {
     if !queues_work(device) {
         return;
@@ -315,18 +314,16 @@ pub fn open(kind: BackendKind) -> Result<Device, DeviceError> {
 }
 
 /// Whether the GPU device runs the browser's memory pool: always on wasm (cubecl-runtime builds
-/// it with `exclusive_memory_only`), natively when `REXVQA_EXCLUSIVE_POOL=1`.
+/// it with `exclusive_memory_only`), natively when the tuning asks (`REXVQA_EXCLUSIVE_POOL=1`).
 pub fn exclusive_pool_requested() -> bool {
-    cfg!(target_arch = "wasm32")
-        || std::env::var_os("REXVQA_EXCLUSIVE_POOL").is_some_and(|v| v == "1")
+    cfg!(target_arch = "wasm32") || crate::tuning::current().exclusive_pool
 }
 
 /// Waits until the device has run everything queued so far: the CubeCL client's barrier
 /// (`queue.on_submitted_work_done`), awaited, never `Device::sync`, which blocks the thread on
 /// a condition variable and panics in a browser ("condvar wait not supported"). Reading back a
-/// fresh one-element tensor, which this used to do, does not wait: measured on lavapipe, a
-/// 256×2048×2048 matmul "synced" in 0.000 s and its own output read took 0.84 s, so every
-/// timing then measured launches, not work. The CPU backend runs its ops as they are called.
+/// fresh one-element tensor does not wait for work queued before it, so a timing that synced
+/// that way would measure launches, not work. The CPU backend runs its ops as they are called.
 pub async fn sync(device: &Device) -> Result<(), DeviceError> {
     match device.as_dispatch() {
         burn::backend::DispatchDevice::Cube(d) => {

@@ -25,3 +25,4 @@ pub mod selftest;
 pub mod session;
 pub mod storage;
 pub mod tokenizer;
+pub mod tuning;

@@ -12,6 +12,7 @@ use rexvqa_engine::device;
 use rexvqa_engine::eval::Clock;
 use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::session::{LoadOptions, Model};
+use rexvqa_engine::tuning::Tuning;
 
 struct Wall(std::time::Instant);
 
@@ -127,6 +128,11 @@ fn every_figure_is_measured_with_the_mmproj() {
             .all(|w| w[0].t_ms <= w[1].t_ms && w[1].reserved.is_none() && w[1].live.is_none())
     );
     assert_eq!(r.adapter, None, "the CPU has no adapter");
+    assert_eq!(
+        r.tuning,
+        rexvqa_engine::tuning::current(),
+        "the tuning it ran under"
+    );
     // Nor dispatches: nothing launches through CubeCL there (nor its chain of them).
     assert_eq!((r.dispatches_per_token, r.counts.is_none()), (None, true));
     assert_eq!(
@@ -209,12 +215,37 @@ fn the_cli_reports_load_only_and_checks_survey_shapes() {
         "{r}"
     );
     assert!(r.get("results").is_none(), "nothing runs with --load-only");
+    assert_eq!(
+        r["tuning"],
+        serde_json::to_value(Tuning::default()).unwrap(),
+        "{r}"
+    );
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_rexvqa"))
         .args(["bench-kernels", "--backend", "cpu", "--cols", "100"])
         .output()
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--cols 100"));
+}
+
+/// A tuning variable set to a value its knob does not take stops the GPU's opening with an error
+/// naming the variable and its values, where it used to run the default form without a word.
+#[test]
+fn a_tuning_value_that_does_not_exist_is_refused_by_name() {
+    let golden = common::golden_json_gz("tiny_tiny-q8_0.json.gz");
+    let (text, _) = common::tiny_pair(&golden);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rexvqa"))
+        .args(["bench", "--load-only", "--backend", "wgpu", "--model"])
+        .arg(&text)
+        .env("REXVQA_GEMV_TEAM", "12")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("REXVQA_GEMV_TEAM=\"12\" is not a value it takes: 8, 16, 32 or 64"),
+        "{stderr}"
+    );
 }
 
 /// `rexvqa bench --selftest` runs the self-test for the pair's plan before the load, as the app
@@ -243,7 +274,7 @@ fn dry_runs_count_what_real_runs_do() {
     let dry = pollster::block_on(count_passes(&m, 2)).unwrap();
     assert!(real.token.dispatches > 0 && real.token.reads == 1);
     // A token reads every weight once, and little else: 1.12× the weight bytes for this pair,
-    // 1.01× for the 4B synthetic pair (lavapipe, 2026-11-24); #19's target is 1.2×.
+    // 1.01× for the 4B synthetic pair (lavapipe); #19's target is 1.2×.
     let (b, w) = (real.token.kernel_bytes, m.decoder.weight_bytes_per_token());
     assert!(
         b >= w && b as f64 <= 1.2 * w as f64,
@@ -273,10 +304,9 @@ fn dry_runs_count_what_real_runs_do() {
 }
 
 /// Every timing ends with `device::sync`, so it must wait for the work queued before it, not
-/// only for itself: reading back a fresh one-element tensor, its old form, returned at once
-/// (0.007 s after four 256-row matmuls whose output then took 1.07 s to read on lavapipe),
-/// and every GPU figure measured launches. After a real barrier, reading the output only
-/// copies it: measured 1.16 s for the barrier, 2 ms for the read.
+/// only for itself: reading back a fresh one-element tensor returns before the matmuls queued
+/// ahead of it have run, so every GPU figure would measure launches. After a real barrier,
+/// reading the output only copies it, which is what this checks.
 #[test]
 fn the_device_sync_waits_for_queued_work() {
     use rexvqa_engine::gguf::GgmlType;

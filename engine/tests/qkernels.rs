@@ -10,11 +10,10 @@ use rexvqa_engine::quant::conformance::{
     stacked_error,
 };
 use rexvqa_engine::quant::random_blocks;
-use rexvqa_engine::quant::{
-    Half, Kernel, QMatrix, allow_software_subgroups, choice, native_half_exact,
-};
+use rexvqa_engine::quant::{Half, Kernel, QMatrix, allow_software_subgroups, native_half_exact};
 use rexvqa_engine::selftest::attention::{self, DECODE_CASES, WIDE_CASES};
 use rexvqa_engine::selftest::rows;
+use rexvqa_engine::tuning::{Scoped, TileChoice, Tuning};
 
 /// The wgpu device, with the subgroup kernel allowed on a software adapter (lavapipe has
 /// subgroups; cubecl does not advertise them there), so that it is tested off a GPU too. Every
@@ -61,23 +60,77 @@ fn run_cases(dev: &burn::tensor::Device, label: &str, kernels: &[Kernel], halves
 }
 
 /// The tiled kernel in the form this adapter does not take itself: a GPU's 16 × 16 invocations
-/// on lavapipe ([`choice::force_tile_form`], process-wide while it runs; every vector form sums
-/// each output in the same order, so the tests beside it pass whichever form they meet).
+/// on lavapipe, under a tuning of this thread alone.
 #[test]
 fn wgpu_tiled_kernel_in_its_other_form() {
     let dev = gpu();
     let software = device::adapter(&dev).is_some_and(|a| a.software);
-    choice::force_tile_form(Some(if software {
-        choice::WIDE
-    } else {
-        choice::NARROW
-    }));
+    let _other = Scoped::new(Tuning {
+        tile: Some(if software {
+            TileChoice::Wide
+        } else {
+            TileChoice::Narrow
+        }),
+        ..Tuning::default()
+    });
     let tiled: Vec<Kernel> = Kernel::available(&dev)
         .into_iter()
         .filter(|k| k.tiled())
         .collect();
     run_cases(&dev, "wgpu, other tile form", &tiled, &[Half::Auto]);
-    choice::force_tile_form(None);
+}
+
+/// The forms the automatic choice does not take on this adapter, as the tuning names them (a
+/// GPU machine times the same variables: `bench/device/run.sh`): the tiled products split in 3
+/// chunks (software adapters never split), teams of 8 invocations a row summed by subgroup
+/// shuffles (lavapipe's subgroups are 8 wide; 16 and 32 are summed the same way), decode
+/// attention split over the keys and the row kernels' GPU workgroups; then the scalar forms of
+/// the tiled product and the fused attention.
+fn other_forms() -> [Tuning; 2] {
+    [
+        Tuning {
+            tile_splits: Some(3),
+            gemv_team: Some(8),
+            decode_split: true,
+            row_lanes_gpu: true,
+            ..Tuning::default()
+        },
+        Tuning {
+            tile: Some(TileChoice::Scalar),
+            scalar_attention: true,
+            ..Tuning::default()
+        },
+    ]
+}
+
+/// Every product check in each of [`other_forms`].
+#[test]
+fn wgpu_products_in_their_other_forms() {
+    let dev = gpu();
+    for (i, form) in other_forms().into_iter().enumerate() {
+        let _form = Scoped::new(form);
+        let label = format!("wgpu, {}", form.describe());
+        run_all(&dev, &label);
+        check_stacked_products(&dev);
+        if i == 0 {
+            check_gelu_products(&dev);
+        }
+    }
+}
+
+/// Every attention and row-kernel check that an [`other_forms`] form changes.
+#[test]
+fn wgpu_attention_and_rows_in_their_other_forms() {
+    let dev = gpu();
+    let [split, scalar] = other_forms();
+    {
+        let _form = Scoped::new(split);
+        check_decode_attention(&dev);
+        check_fused_row_kernels(&dev);
+        check_qk_norm_rope(&dev);
+    }
+    let _form = Scoped::new(scalar);
+    check_fused_attention(&dev);
 }
 
 #[test]
@@ -117,11 +170,14 @@ fn wgpu_native_f16_kernels_equal_the_integer_ones_bit_for_bit() {
 
 #[test]
 fn wgpu_fused_attention_matches_an_f64_evaluation() {
-    let dev = gpu();
+    check_fused_attention(&gpu());
+}
+
+fn check_fused_attention(dev: &burn::tensor::Device) {
     for (i, (shape, window)) in fused_attention::CASES.into_iter().enumerate() {
         let t0 = std::time::Instant::now();
         let err = pollster::block_on(fused_attention::max_error_vs_f64(
-            &dev, shape, window, i as u64,
+            dev, shape, window, i as u64,
         ))
         .unwrap();
         eprintln!(
@@ -137,10 +193,13 @@ fn wgpu_fused_attention_matches_an_f64_evaluation() {
 
 #[test]
 fn wgpu_decode_attention_matches_an_f64_evaluation() {
-    let dev = gpu();
+    check_decode_attention(&gpu());
+}
+
+fn check_decode_attention(dev: &burn::tensor::Device) {
     for (i, (shape, window)) in DECODE_CASES.into_iter().enumerate() {
         let err = pollster::block_on(attention::max_error_vs_f64(
-            &dev,
+            dev,
             shape,
             window,
             i as u64,
@@ -188,13 +247,16 @@ fn wgpu_wide_attention_matches_an_f64_evaluation() {
 /// composed ops on the CPU, each against an f64 evaluation of the same inputs.
 #[test]
 fn wgpu_fused_row_kernels_and_their_composed_forms_match_an_f64_evaluation() {
-    let dev = gpu();
+    check_fused_row_kernels(&gpu());
+}
+
+fn check_fused_row_kernels(dev: &burn::tensor::Device) {
     let cpu = device::cpu();
     for (i, (op, shape)) in rows::CASES.into_iter().enumerate() {
         let seed = i as u64;
         let err = |d, path| pollster::block_on(rows::max_error_vs_f64(d, op, shape, seed, path));
-        let fused = err(&dev, rows::Path::Fused).unwrap();
-        let composed = err(&dev, rows::Path::Composed).unwrap();
+        let fused = err(dev, rows::Path::Fused).unwrap();
+        let composed = err(dev, rows::Path::Composed).unwrap();
         let on_cpu = err(&cpu, rows::Path::Composed).unwrap();
         eprintln!(
             "{} {shape:?}: fused {fused:.2e}, composed {composed:.2e}, CPU {on_cpu:.2e}",
@@ -215,13 +277,16 @@ fn wgpu_fused_row_kernels_and_their_composed_forms_match_an_f64_evaluation() {
 /// a buffer and after earlier positions.
 #[test]
 fn wgpu_qk_norm_rope_writes_the_cache_in_place() {
-    let dev = gpu();
+    check_qk_norm_rope(&gpu());
+}
+
+fn check_qk_norm_rope(dev: &burn::tensor::Device) {
     for (i, shape) in rows::QK_STORE_CASES.into_iter().enumerate() {
         for pos in [0, 7] {
             let err =
-                pollster::block_on(rows::qk_store_max_error(&dev, shape, pos, i as u64)).unwrap();
+                pollster::block_on(rows::qk_store_max_error(dev, shape, pos, i as u64)).unwrap();
             eprintln!("{shape:?} at {pos}: {err:.2e}");
-            // Measured on lavapipe: ≤ 2.3e-7 (2026-11-24); the bound is the row kernels' own.
+            // Measured on lavapipe: ≤ 2.3e-7; the bound is the row kernels' own.
             assert!(err < rows::TOLERANCE, "{shape:?} at {pos}: error {err:e}");
         }
     }
@@ -233,19 +298,22 @@ fn wgpu_qk_norm_rope_writes_the_cache_in_place() {
 /// one or two tiles of input rows.
 #[test]
 fn wgpu_stacked_products_equal_each_matrix_alone() {
-    let dev = gpu();
+    check_stacked_products(&gpu());
+}
+
+fn check_stacked_products(dev: &burn::tensor::Device) {
     let pairs = [
         [GgmlType::Q4_K, GgmlType::Q6_K],
         [GgmlType::Q6_K, GgmlType::Q4_K],
         [GgmlType::Q8_0, GgmlType::F16],
         [GgmlType::Q5_K, GgmlType::Q4_0],
     ];
-    for kernel in Kernel::available(&dev) {
-        for half in Half::available(&dev) {
+    for kernel in Kernel::available(dev) {
+        for half in Half::available(dev) {
             for (i, &pair) in pairs.iter().enumerate() {
                 for (m, n) in [(1, [13, 5]), (5, [40, 31]), (70, [67, 3])] {
                     let r = pollster::block_on(stacked_error(
-                        &dev, kernel, half, pair, m, n, 256, i as u64,
+                        dev, kernel, half, pair, m, n, 256, i as u64,
                     ))
                     .unwrap_or_else(|e| panic!("{kernel:?} {half:?}: {e}"));
                     assert!(r.passed(), "{kernel:?} {half:?}: {r:?}");
@@ -259,17 +327,20 @@ fn wgpu_stacked_products_equal_each_matrix_alone() {
 /// [`GELU_PRODUCT_TOLERANCE`] of the f64 GELU of the same kernel's two sums, for every kernel
 /// with that form and both f16 forms, at 1, 4 and 5 input rows (one gemv group and past it),
 /// and bit-equal to the unfused path (the product, then the GELU kernel).
-/// Measured worst: 1.6e-7 relative (lavapipe, 2026-11-24). The tiled kernel has no such form.
+/// Measured worst: 1.6e-7 relative (lavapipe). The tiled kernel has no such form.
 #[test]
 fn wgpu_gelu_products_match_the_gelu_of_their_sums() {
-    let dev = gpu();
+    check_gelu_products(&gpu());
+}
+
+fn check_gelu_products(dev: &burn::tensor::Device) {
     let mut worst: f64 = 0.0;
-    for kernel in Kernel::available(&dev) {
-        for half in Half::available(&dev) {
+    for kernel in Kernel::available(dev) {
+        for half in Half::available(dev) {
             for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16] {
                 for m in [1, 4, 5] {
                     let r = pollster::block_on(gelu_product_error(
-                        &dev, kernel, half, ty, m, 67, 256, m as u64,
+                        dev, kernel, half, ty, m, 67, 256, m as u64,
                     ));
                     if kernel.tiled() {
                         assert!(r.is_err(), "the tiled kernel has no GELU form");
@@ -278,7 +349,7 @@ fn wgpu_gelu_products_match_the_gelu_of_their_sums() {
                     let r = r.unwrap_or_else(|e| panic!("{kernel:?} {half:?} {ty}: {e}"));
                     assert!(r.passed(), "{kernel:?} {half:?}: {r:?}");
                     worst = worst.max(r.max_error / r.bound * GELU_PRODUCT_TOLERANCE);
-                    let (fused, unfused) = gelu_both_ways(&dev, kernel, half, ty, m);
+                    let (fused, unfused) = gelu_both_ways(dev, kernel, half, ty, m);
                     assert_eq!(fused, unfused, "{kernel:?} {half:?} {ty} m={m}");
                 }
             }

@@ -82,10 +82,11 @@ mod model_in_browser {
     use rexvqa_engine::image::Policy;
     use rexvqa_engine::model::nn::read_f32;
     use rexvqa_engine::quant::conformance::{cases, check_matmul};
-    use rexvqa_engine::quant::{Half, Kernel, choice};
+    use rexvqa_engine::quant::{Half, Kernel};
     use rexvqa_engine::rexvqa::{Letter, prompt};
     use rexvqa_engine::selftest::rows;
     use rexvqa_engine::session::{LoadOptions, Model, Session};
+    use rexvqa_engine::tuning::{Scoped, TileChoice, Tuning};
     use wasm_bindgen_test::*;
 
     fn gunzip(gz: &[u8]) -> Vec<u8> {
@@ -133,15 +134,17 @@ mod model_in_browser {
         // The tiled kernel's other form: a GPU's 16 × 16 invocations where a software adapter
         // takes 8 × 8, or the other way round.
         let other = if device::adapter(&dev).is_some_and(|a| a.software) {
-            choice::WIDE
+            TileChoice::Wide
         } else {
-            choice::NARROW
+            TileChoice::Narrow
         };
-        choice::force_tile_form(Some(other));
+        let _other = Scoped::new(Tuning {
+            tile: Some(other),
+            ..Tuning::default()
+        });
         for &kernel in kernels.iter().filter(|k| k.tiled()) {
             check_cases(&dev, kernel, Half::Auto).await;
         }
-        choice::force_tile_form(None);
     }
 
     /// The CPU path in wasm (no AVX2 there: the portable lanes of `quant::dot`).
@@ -390,7 +393,7 @@ mod model_in_browser {
             );
             worst = worst.max((gpu_logits[id] - l).abs());
         }
-        // Measured on SwiftShader: 1.9e-6 (2026-11-24).
+        // Measured on SwiftShader: 1.9e-6.
         assert!(
             worst <= 2e-5,
             "WebGPU vs transformers: max |Δlogit| {worst}"
@@ -410,7 +413,7 @@ mod model_in_browser {
             .zip(&cpu_logits)
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        // Measured on SwiftShader: 3.2e-6 (2026-11-24).
+        // Measured on SwiftShader: 3.2e-6.
         assert!(d <= 3e-5, "WebGPU vs CPU: max |Δlogit| {d}");
         let _ = read_f32::<1>;
         web_sys_log(&format!(
@@ -495,7 +498,7 @@ mod model_in_browser {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         // The native tests' bound for this model against transformers (1e-4, 10× the 1.05e-5
-        // measured); WebGPU against the wasm CPU measured 1.5e-5 on SwiftShader (2026-11-30).
+        // measured); WebGPU against the wasm CPU measured 1.5e-5 on SwiftShader.
         assert!(worst < 1e-4, "WebGPU vs CPU logits: {worst:e}");
         web_sys_log(&format!("tinyk WebGPU vs CPU logits: {worst:e}"));
     }

@@ -14,8 +14,11 @@ fn rows(json: &str) -> Vec<(String, String)> {
     };
     let r = &v["results"];
     let num = |x: &serde_json::Value| x.as_f64().unwrap_or(f64::NAN);
-    let mut out = vec![
-        ("runs on".into(), runs_on(&v["backend"], &r["adapter"])),
+    let mut out = vec![("runs on".into(), runs_on(&v["backend"], &r["adapter"]))];
+    if let Some(t) = tuning(&r["tuning"]) {
+        out.push(("tuning".into(), t));
+    }
+    out.extend([
         (
             "image encode, first (ms)".into(),
             format!("{:.0}", num(&r["image_encode_first_ms"])),
@@ -24,7 +27,7 @@ fn rows(json: &str) -> Vec<(String, String)> {
             "image encode (ms)".into(),
             format!("{:.0}", num(&r["image_encode_ms"])),
         ),
-    ];
+    ]);
     let first = r["prefill_first"].as_array();
     for (i, p) in r["prefill"].as_array().into_iter().flatten().enumerate() {
         // The first pass at a length also pays for first use: shown beside the steady figure.
@@ -157,6 +160,18 @@ fn dispatch_rows(r: &serde_json::Value) -> Vec<(String, String)> {
             },
         ),
     ]
+}
+
+/// The kernel forms and pools a run was tuned to (`REXVQA_*` natively; the browser always runs
+/// the automatic choice); None for reports saved before the tuning was recorded.
+fn tuning(t: &serde_json::Value) -> Option<String> {
+    let t: rexvqa_engine::tuning::Tuning = serde_json::from_value(t.clone()).ok()?;
+    let set = t.describe();
+    Some(if set.is_empty() {
+        "automatic".into()
+    } else {
+        set
+    })
 }
 
 /// The backend, and on a GPU the adapter and the features its kernels could use.
@@ -362,6 +377,32 @@ mod tests {
         );
         // The CPU, and reports saved before the adapter was recorded.
         assert_eq!(runs_on(&"cpu".into(), &serde_json::Value::Null), "cpu");
+    }
+
+    #[test]
+    fn the_tuning_shows_as_its_variables_or_automatic() {
+        let row = |results: serde_json::Value| {
+            rows(&serde_json::json!({ "results": results }).to_string())
+                .into_iter()
+                .find(|(label, _)| label == "tuning")
+                .map(|(_, value)| value)
+        };
+        let default = serde_json::to_value(rexvqa_engine::tuning::Tuning::default()).unwrap();
+        assert_eq!(
+            row(serde_json::json!({ "tuning": default })).as_deref(),
+            Some("automatic")
+        );
+        let team = rexvqa_engine::tuning::Tuning {
+            gemv_team: Some(8),
+            ..Default::default()
+        };
+        let team = serde_json::to_value(team).unwrap();
+        assert_eq!(
+            row(serde_json::json!({ "tuning": team })).as_deref(),
+            Some("REXVQA_GEMV_TEAM=8")
+        );
+        // Reports saved before the tuning was recorded: no row.
+        assert_eq!(row(serde_json::json!({})), None);
     }
 
     #[test]

@@ -115,6 +115,7 @@ pub async fn run(
         official_max_tokens: opts.official_max_tokens,
         device_bytes_after_load: device_bytes(model),
         adapter: crate::device::adapter(model.device()),
+        tuning: crate::tuning::current(),
         ..Default::default()
     };
     let destroyed_before = crate::destroying_device::counts();
@@ -206,8 +207,8 @@ pub async fn run(
     let mut pending = model.decoder.greedy(prompt);
     // Two tokens first: the prompt's pass used the prefill kernels, so the decode kernels'
     // pipelines (the matrix-vector forms, decode attention) are created and compiled at their
-    // first launch, which timed decoding paid for (an H200's driver compiling them put 7.5 ms
-    // of device time a token at 27-71 tok/s from run to run, 2026-11-27).
+    // first launch, and a GPU driver's compile time, not the tokens', would then set the
+    // decode rate (bench/results/device/h200-full-2026-11-27T1003/11-bench-variants.json).
     for _ in 0..DECODE_WARMUP {
         pending = model
             .decoder
@@ -223,10 +224,9 @@ pub async fn run(
     }
     let issued = clock.now_ms();
     // The id is read as generation reads it, then the device is waited on as well: natively on
-    // SwiftShader the read of the last id came back before the queued tokens had run (tiny
-    // pair, 8 tokens: read at 60 ms, device idle at 1,827 ms; Gemma 3 270M, 6 tokens: 966 ms
-    // and 17,261 ms; 2026-11-29, cause not found), which made short native decodes look up to
-    // 10x faster than long ones and than the browser's, whose read does wait.
+    // SwiftShader the read of the last id can come back before the queued tokens have run,
+    // which made short native decodes look faster than long ones and than the browser's, whose
+    // read does wait (bench/results/ci-vm-2core-swiftshader-decode-sync-browser-vs-native.json).
     drop(pending.into_data_async().await);
     sync(model).await?;
     let done = clock.now_ms();
@@ -299,8 +299,9 @@ pub async fn run(
     }
 
     // The dispatch counts come from fresh passes under a dry run. In the browser's pool they
-    // made pages of their own on top of those the timed stages left free (~700 MiB more at 4B
-    // on an H200), so the free pages are given back before them, and theirs after.
+    // make pages of their own on top of those the timed stages left free
+    // (bench/results/h200-and-ci-vm-browser-memory-by-stage.json), so the free pages are given
+    // back before them, and theirs after.
     give_back_free_pages(model).await?;
     let pc = count_passes(model, opts.questions).await?;
     sample(model, "dispatch counts (dry run)");
@@ -366,8 +367,8 @@ async fn studies(
 
     // Cold studies and the batched one move the session on as the evaluation does from study
     // to study (`Session::next_study`): the image encoded again and every prompt computed from
-    // scratch. A fresh session per study, with the first one's still alive, held pages no user
-    // flow holds (the browser's pool +590 MiB over four cold studies at 4B on an H200).
+    // scratch. A fresh session per study, with the first one's still alive, would hold pages no
+    // user flow holds (bench/results/h200-and-ci-vm-browser-memory-by-stage.json).
     let t = clock.now_ms();
     for q in 0..opts.questions {
         session.next_study();

@@ -35,9 +35,8 @@ pub struct BenchReport {
     pub prefill: Vec<(usize, f64)>,
     /// The first pass at each length of [`Self::prefill`] (tokens per second): it also pays for
     /// first use, the pool's growth to this length's buffers and any pipeline creation or driver
-    /// compile still pending (H200, 4B pair, 1000 tokens: 308 tok/s in the first native process
-    /// on the machine, 1,080-1,100 in later ones; SwiftShader, tiny pair: 24 against 85 at the
-    /// first length, equal to the steady figure at later ones).
+    /// compile still pending, which can leave it several times below the steady figure at the
+    /// first length of a process (`bench/results/h200-browser-vs-native.json`).
     #[serde(default)]
     pub prefill_first: Vec<(usize, f64)>,
     /// Decoding throughput (tokens per second, one token per step with the KV cache), after
@@ -97,8 +96,8 @@ pub struct BenchReport {
     /// CubeCL's count. A buffer CubeCL gives back leaves it at once; the browser's device
     /// destroys it once every encoder that recorded commands before the release has been
     /// submitted ([`crate::destroying_device`]), where wgpu alone left it
-    /// to a garbage collection seconds later (at 4B the Benchmark gives back ~350 MB during its
-    /// run, by a dry run's count: `bench/results/ci-vm-2core-browser-pool-releases-dry-run.json`).
+    /// to a garbage collection seconds later (at 4B the Benchmark gives back hundreds of MB
+    /// during its run: `bench/results/ci-vm-2core-browser-pool-releases-dry-run.json`).
     /// The GPU kit's `nvidia-smi` figure counts what the device really holds.
     pub peak_device_bytes: Option<u64>,
     /// Buffers the browser's device destroyed during the run, after CubeCL gave them back, and
@@ -127,6 +126,10 @@ pub struct BenchReport {
     /// The GPU adapter the run used and the features its kernels could use (None on the CPU).
     #[serde(default)]
     pub adapter: Option<crate::device::Adapter>,
+    /// The kernel forms and pools the run was tuned to ([`crate::tuning`]; the default: the
+    /// automatic choice).
+    #[serde(default)]
+    pub tuning: crate::tuning::Tuning,
     /// Kernel dispatches of one decoded token (GPU backends; None on the CPU).
     #[serde(default)]
     pub dispatches_per_token: Option<u64>,

@@ -4,17 +4,17 @@
 //! [`decode_attention_split_kernel`]) is there for `REXVQA_DECODE_SPLIT=1` ([`split_form`]).
 //!
 //! Why: [`super::fused_attention`] keeps a query row and its accumulator in one invocation's
-//! registers, which caps the head width at 128, so MedGemma 4B's decoder (256) took the blocked path:
-//! about 13 dispatches per layer and token (a KV-head expansion copy, two matmuls, mask, a
-//! three-pass softmax). Here the workgroup's invocations split the work instead: each scores
-//! one key of a chunk of 256 against the query (staged in workgroup memory), the chunk's
+//! registers, which caps the head width at 128, so MedGemma 4B's decoder (256) would take the
+//! blocked path: about 13 dispatches per layer and token (a KV-head expansion copy, two matmuls,
+//! mask, a three-pass softmax). Here the workgroup's invocations split the work instead: each
+//! scores one key of a chunk of 256 against the query (staged in workgroup memory), the chunk's
 //! maximum and sum come from workgroup reductions, and each invocation then owns one output
 //! channel, accumulating the chunk's weighted values (online softmax across chunks).
 //!
 //! Each invocation loops about `2 · s` times in all (a 256-term dot per key chunk, 256 weighted
-//! values per chunk): under llvmpipe's 65535 loop iterations (see [`super::fused_attention`]) up to
-//! ~30 000 keys. Prefill (many rows) keeps the blocked path, whose matmuls reuse each key across
-//! queries.
+//! values per chunk): under llvmpipe's 65535 loop iterations (see [`super::fused_attention`]) up
+//! to ~30 000 keys. Prefill (many rows) takes [`super::wide_attention`], which shares each staged
+//! key across query rows.
 
 use burn::backend::Flex;
 use burn::backend::backend_extension;
@@ -162,10 +162,10 @@ pub fn splits_for(s: usize) -> (usize, usize) {
 /// attends query row `i` of head `h` over its split's keys `split·per_split ..` only, keeping
 /// the split's unnormalised weighted values in `o_part [h·t + i, split, d]` and its running
 /// maximum and weight sum in `ml_part [h·t + i, split, 2]`; [`decode_attention_combine_kernel`]
-/// joins the splits. Many workgroups a head instead of one: a single workgroup per head left
-/// most of a GPU idle and took ~40 µs a layer on an H200 (2026-11-27). Within a step of
-/// [`STEP_KEYS`] keys, [`KEY_LANES`] invocations share a key's dot product, then each
-/// invocation owns one output channel and accumulates the step's weighted values.
+/// joins the splits. Many workgroups a head instead of one: a single workgroup per head leaves
+/// most of a GPU idle. Within a step of [`STEP_KEYS`] keys, [`KEY_LANES`] invocations share a
+/// key's dot product, then each invocation owns one output channel and accumulates the step's
+/// weighted values.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn decode_attention_split_kernel(
@@ -465,16 +465,9 @@ impl DecodeAttentionOps for CubeBackend {
 }
 
 /// Whether decode attention runs split over many workgroups (two dispatches) rather than as one
-/// workgroup a head (one): natively with `REXVQA_DECODE_SPLIT=1` (read once), for timing and
-/// testing. Not the default: on an H200 the split form's device time (26 + 6 µs a layer against
-/// 40 µs, 2026-11-27, before the single form's loads were unrolled) does not pay for its second
-/// dispatch, which costs ~21 µs of a dependent chain, and it puts a token past 300 dispatches.
+/// workgroup a head (one): only when the tuning asks (`REXVQA_DECODE_SPLIT=1`). The split
+/// form's second dispatch adds a link to a token's dependent chain, which its shorter device
+/// time does not pay for.
 pub fn split_form() -> bool {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *SPLIT.get_or_init(|| std::env::var("REXVQA_DECODE_SPLIT").as_deref() == Ok("1"))
-    }
-    #[cfg(target_arch = "wasm32")]
-    false
+    crate::tuning::current().decode_split
 }

@@ -25,8 +25,9 @@ const WORKGROUP: u32 = 64;
 /// Query rows per workgroup for `t` rows: [`WORKGROUP`], or the power of two at or above `t`
 /// (4 at least) for fewer. The whole workgroup stages the key and value tiles, so lanes
 /// without a row only share that work, while each waits at every barrier; and SwiftShader
-/// zero-initialises the tiles in every subgroup of 4 lanes (a tiny pair's decoded token:
-/// attention 21 ms in Chromium, 7 ms natively, with 64 lanes for its one row).
+/// zero-initialises the tiles in every subgroup of 4 lanes, which made a decoded token's one
+/// row on 64 lanes cost several times native's in a browser
+/// (bench/results/ci-vm-2core-swiftshader-row-threads-browser-vs-native.json).
 fn workgroup_for(t: usize) -> u32 {
     t.next_power_of_two().clamp(4, WORKGROUP as usize) as u32
 }
@@ -397,20 +398,12 @@ pub(super) fn kv_rows(k: CubeTensor, v: CubeTensor) -> (CubeTensor, CubeTensor, 
 
 /// Largest head size the kernel takes: each invocation keeps `q` and its accumulator in
 /// unrolled registers, which spill on GPUs beyond this, and llvmpipe's compile time grows
-/// steeply (4.6 s at 128). Gemma 3 4B's decoder (256) uses the blocked path; SigLIP's 72
-/// takes this one.
+/// steeply with it. Gemma 3 4B's decoder (256) takes [`super::wide_attention`] and
+/// [`super::decode_attention`]; SigLIP's 72 takes this one.
 pub const MAX_HEAD_DIM: usize = 128;
 
 /// Whether the fused attention takes [`attention_vec_kernel`] (heads a multiple of 4 wide): yes,
-/// unless natively `REXVQA_ATTENTION=scalar` (read once), so that a GPU machine can time the
-/// scalar form beside it (`bench/device/run.sh`'s variants). On lavapipe the vector form took the
-/// tiny pair's image attention from 10.1 to 4.2 s (2026-11-27).
+/// unless the tuning asks for the scalar form (`REXVQA_ATTENTION=scalar`).
 fn vector_form() -> bool {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static VECTOR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *VECTOR.get_or_init(|| std::env::var("REXVQA_ATTENTION").as_deref() != Ok("scalar"))
-    }
-    #[cfg(target_arch = "wasm32")]
-    true
+    !crate::tuning::current().scalar_attention
 }

@@ -83,10 +83,10 @@ pub(crate) const MAX_PER: usize = 16;
 /// above `d`, from 32 (a GPU's narrowest subgroup) to [`ROW_THREADS`]; on a `software` adapter
 /// [`SOFTWARE_ROW_THREADS`] whatever the row. Every barrier of the reduction waits on the whole
 /// workgroup, so idle lanes are not free: software adapters run a barrier by switching between
-/// the workgroup's invocations, and a 32-wide head given 256 lanes paid 8x (SwiftShader, tiny
-/// pair's 32-token prefill: q/k norm 340 ms natively, 542 ms in Chromium). Natively
-/// `REXVQA_ROW_LANES=gpu` takes the GPU rule on a software adapter too (read once), so that CI's
-/// lavapipe tests both.
+/// the workgroup's invocations, and a 32-wide head given 256 lanes paid 8x
+/// (bench/results/ci-vm-2core-swiftshader-row-threads-browser-vs-native.json). The tuning
+/// (`REXVQA_ROW_LANES=gpu`) takes the GPU rule on a software adapter too, so that lavapipe
+/// tests both.
 pub(crate) fn row_threads(d: usize, software: bool) -> u32 {
     lanes_for(d, software && !gpu_rule_forced())
 }
@@ -103,23 +103,14 @@ fn lanes_for(d: usize, software: bool) -> u32 {
 /// Invocations of a row kernel's workgroup on a software adapter: one SwiftShader subgroup.
 /// There a workgroup's invocations are SIMD lanes of one CPU thread in groups of 4, switched
 /// between at every barrier, and SwiftShader zero-initialises the reduction slots in every group
-/// (its `EmitVariable`), so a row's fixed cost grows with its lanes, not its width. The tiny
-/// pair's image (rows of 96, 128 lanes before) spent 208 of 480 ms of device time in its five
-/// LayerNorms natively on SwiftShader and 343 of 754 in Chromium, 0.16 and 0.27 ms a row; with
-/// 4 lanes 5 ms natively (8 lanes: 11, 16: 17), and a 64-token prefill's norms 108 → 11 ms;
-/// Gemma 3 270M's (rows of 640) 1,195 → 52 ms at 32 tokens. On lavapipe 4, 8 and 16 lanes
-/// were alike (2026-11-28).
+/// (its `EmitVariable`), so a row's fixed cost grows with its lanes, not its width. Of 4, 8 and
+/// 16 lanes, 4 measured fastest on SwiftShader and all alike on lavapipe
+/// (bench/results/ci-vm-2core-swiftshader-row-lanes-browser-vs-native.json).
 pub(crate) const SOFTWARE_ROW_THREADS: u32 = 4;
 
-/// `REXVQA_ROW_LANES=gpu` (native only).
+/// `REXVQA_ROW_LANES=gpu`: the GPU rule on a software adapter too, so that lavapipe tests both.
 fn gpu_rule_forced() -> bool {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static GPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *GPU.get_or_init(|| std::env::var("REXVQA_ROW_LANES").as_deref() == Ok("gpu"))
-    }
-    #[cfg(target_arch = "wasm32")]
-    false
+    crate::tuning::current().row_lanes_gpu
 }
 
 /// The `per` (values an invocation holds) of the norm kernels for rows of `d` in workgroups of
@@ -131,8 +122,7 @@ pub(crate) fn per_lane(d: usize, threads: u32) -> usize {
 
 /// Loads this invocation's `per` values of row `base..base + d` of `x` (0 past the row), all
 /// issued before any is used: a single row's norm is one workgroup, so a loop that waited for
-/// each load in turn paid the memory latency ten times for a 2,560-wide row (an H200 took
-/// 11 µs for one RMSNorm row and 16 µs for the sandwich norm's two, 2026-11-27).
+/// each load in turn paid the memory latency ten times for a 2,560-wide row.
 #[cube]
 fn load_lane(
     x: &Tensor<f32>,

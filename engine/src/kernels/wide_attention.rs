@@ -6,16 +6,15 @@
 //! invocation's registers, which caps the head width at 128, and [`super::decode_attention`]
 //! spends a workgroup on each row; so the decoder's prefill took the blocked path, whose
 //! score matmul is burn's. Without cooperative matrices (WebGPU has none) burn's matmul falls
-//! back to a form that, on an H200 in Chromium, took 170 ms of a 300-token prefill's 318 ms
-//! (7.4 ms natively with them; `bvn-4b`, 2026-11-27). Here, per tile of keys staged in
+//! back to a form that took over half of a prefill's device time in a browser on a GPU
+//! (bench/results/h200-browser-vs-native-2240.json). Here, per tile of keys staged in
 //! workgroup memory, each invocation sums its channels' share of every key's dot product into
 //! workgroup memory, then each adds the row's [`SPLIT`] shares in the same order (so every
 //! invocation of a row holds the same score, maximum and sum) and accumulates the weighted
 //! values of its own channels. Keys a row's mask hides are neither scored nor accumulated, and
 //! where the caller promises a causal mask (a lookahead), a workgroup stops at the last key any of
-//! its rows can see: about half the tiles of a prefill. On an H200 that took a 1,000-token
-//! prefill's attention from 82.5 to 68.4 ms and left a 300-token one at 13.9 ms: its 152
-//! workgroups are one wave, timed by the last rows' (which see every key). So where a launch
+//! its rows can see: about half the tiles of a prefill. A launch of few workgroups is one wave
+//! on a GPU, though, timed by the last rows' (which see every key). So where a launch
 //! makes few workgroups, the keys are split in chunks of whole tiles ([`chunks_for`]), a
 //! workgroup per chunk, and a second dispatch joins the chunks' online softmaxes
 //! (`decode_attention::join_splits`, as split decoding does).
@@ -34,7 +33,9 @@ use burn_cubecl::{CubeBackend, cubecl, kernel::into_contiguous, ops::numeric::em
 /// Invocations that share one query row, each owning `d / SPLIT` of its channels.
 pub const SPLIT: usize = 4;
 
-/// Invocations per workgroup: `WORKGROUP / SPLIT` query rows of one head ([`lanes`]).
+/// Invocations per workgroup: `WORKGROUP / SPLIT` query rows of one head. Workgroups of 32,
+/// 128 and 256 were no faster on a GPU
+/// (bench/results/device/h200-full-2026-11-27T2347/11-bench-variants.json).
 const WORKGROUP: usize = 64;
 
 /// Workgroup memory for a tile of keys, of values and of the dot products' shares: WebGPU's
@@ -62,25 +63,6 @@ pub fn fits(d: usize) -> bool {
 /// and 64 lanes).
 fn tile_for(d: usize, lanes: usize) -> usize {
     (SHARED_BYTES / (8 * d + 4 * lanes)).clamp(1, 32)
-}
-
-/// Invocations per workgroup: [`WORKGROUP`], or natively `REXVQA_WIDE_LANES` (32, 128 or 256,
-/// read once), so that a GPU machine can time rows per workgroup against staging per row
-/// (`bench/device/run.sh`'s variants).
-fn lanes() -> usize {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        *LANES.get_or_init(|| {
-            std::env::var("REXVQA_WIDE_LANES")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|n| [32, 64, 128, 256].contains(n))
-                .unwrap_or(WORKGROUP)
-        })
-    }
-    #[cfg(target_arch = "wasm32")]
-    WORKGROUP
 }
 
 /// Four floats of workgroup memory or registers, read and multiplied as one.
@@ -333,7 +315,7 @@ impl WideAttentionOps for CubeBackend {
         let mask = into_contiguous(mask);
         let [heads, t, d] = q.meta.shape().dims::<3>();
         let s = k.meta.shape().dims::<3>()[1];
-        let lanes = lanes();
+        let lanes = WORKGROUP;
         let tile = tile_for(d, lanes);
         let blocks = t.div_ceil(lanes / SPLIT);
         // Whole tiles a chunk, and no chunk left empty by the rounding.
@@ -424,29 +406,19 @@ const MAX_CHUNKS: usize = 32;
 const MAX_JOIN_ROWS: usize = 65_535;
 
 /// Chunks of the keys for `workgroups` unsplit workgroups over `s` keys: enough for
-/// [`TARGET_WORKGROUPS`] on a GPU, one on a `software` adapter; natively `REXVQA_WIDE_CHUNKS`
-/// (read once; 1 keeps every launch whole) for timing the forms on a GPU machine.
+/// [`TARGET_WORKGROUPS`] on a GPU, one on a `software` adapter; the tuning's count first
+/// (`REXVQA_WIDE_CHUNKS`; 1 keeps every launch whole).
 ///
 /// Why: a question's 330-token prefill is 21 workgroups of 16 rows for each of 8 heads, one
-/// wave on an H200, whose time is the last rows' (they see every key; 13.9 ms of its 152.8 ms
-/// of device time, 2026-11-27); split, each workgroup walks a chunk of them and a second
-/// dispatch joins the chunks' online softmaxes. A software adapter runs workgroups on a few CPU
-/// threads, where the split only adds work: Gemma 3 270M's 300-token prefill on lavapipe spent
-/// 4.41 s in attention and join with 4 chunks against 3.41 s whole (2-core VM, another build
-/// running, 2026-11-28).
+/// wave on a large GPU, whose time is the last rows' (they see every key); split, each
+/// workgroup walks a chunk of them and a second dispatch joins the chunks' online softmaxes
+/// (measured faster on a GPU:
+/// bench/results/device/h200-full-2026-11-28T0514/11-bench-variants.json). A software adapter
+/// runs workgroups on a few CPU threads, where the split only adds work (measured slower on
+/// lavapipe; `bench/JOURNAL.md`).
 pub fn chunks_for(workgroups: usize, s: usize, software: bool) -> usize {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-        let forced = FORCED.get_or_init(|| {
-            std::env::var("REXVQA_WIDE_CHUNKS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n| n >= 1)
-        });
-        if let Some(n) = *forced {
-            return n;
-        }
+    if let Some(n) = crate::tuning::current().wide_chunks {
+        return n;
     }
     if software {
         return 1;

@@ -7,6 +7,7 @@ use burn_cubecl::cubecl;
 
 use crate::kernels::forms::{self, Form};
 use crate::kernels::quant;
+use crate::tuning::TileChoice;
 
 /// Which device kernel multiplies by a quantised matrix (the CPU path ignores it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -135,11 +136,12 @@ pub fn resolve(device: &Device, kernel: Kernel, mnk: [usize; 3]) -> Kernel {
 /// Fewest weights in one chunk of a split tiled product: 32 steps of the 8 × 8 form's 16 weights.
 pub const MIN_SPLIT_K: usize = 512;
 
-/// Workgroups × chunks a split tiled product aims for: a few waves of an H200's 132
-/// multiprocessors (two 256-invocation workgroups each at the 8 × 8 form's registers). There
-/// (2026-11-28) this rule gave a question 113.5 ms of device time and the image encode 308.5 ms,
-/// against 113.4 and 333.7 ms with the width-blind rule and 124.6 and 307.0 ms with every
-/// product in 3 chunks, and kept CubeCL's peak at 4.34 GB (the width-blind rule: 4.65 GB).
+/// Workgroups × chunks a split tiled product aims for: a few waves of a large GPU's
+/// multiprocessors (132 on an H100 or H200; two 256-invocation workgroups each at the 8 × 8
+/// form's registers). Counting workgroups, not row tiles, splits the image's narrow products
+/// (few columns of tiles) and leaves a long prefill's wide ones whole, whose partial sums would
+/// raise the peak memory; measured against a rule of row tiles alone and fixed counts on a
+/// GPU (bench/results/device/h200-full-2026-11-28T0539/11-bench-variants.json).
 const SPLIT_TARGET_WORKGROUPS: usize = 768;
 
 /// How many chunks the automatic choice splits a tiled product of `[m, n, k]` (input rows,
@@ -149,16 +151,12 @@ const SPLIT_TARGET_WORKGROUPS: usize = 768;
 /// CPU's threads and a split only adds the partial sums' traffic. A stacked product (q+k beside
 /// v) may split differently from its matrices alone: the same sums in another order (the
 /// stacked-product checks run at a row length where every count is the explicit form's 2).
-/// Natively `REXVQA_TILE_SPLIT=N` forces `N` (1: never split) and `rows` takes the earlier
-/// width-blind rule (row tiles × chunks ≥ 32 per 128-row tile), for timing on a GPU machine.
+/// The tuning's count (`REXVQA_TILE_SPLIT`) comes first.
 pub fn tile_splits(props: &cubecl::ir::DeviceProperties, mnk: [usize; 3]) -> usize {
-    let software = crate::kernels::software(props);
-    #[cfg(not(target_arch = "wasm32"))]
-    match forced_tile_splits() {
-        Some(Forced::Count(n)) => return n,
-        Some(Forced::Rows) => return rows_rule(software, tile_rows(software), mnk),
-        None => {}
+    if let Some(n) = crate::tuning::current().tile_splits {
+        return n;
     }
+    let software = crate::kernels::software(props);
     splits_for(software, tile_rows(software), mnk)
 }
 
@@ -174,55 +172,12 @@ fn splits_for(software: bool, tile: usize, [m, n, k]: [usize; 3]) -> usize {
         .max(1)
 }
 
-/// The width-blind rule the first split measured (H200, 2026-11-28, 8 × 8 blocks: a question
-/// 113.2 ms of device time, against 124.5, 116.8 and 125.6 ms with every product in 3, 8 and 16
-/// chunks and 160.9 ms unsplit; the image unsplit at 331.7 ms, against 305.1 ms in 3 chunks).
-#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-fn rows_rule(software: bool, tile: usize, [m, _, k]: [usize; 3]) -> usize {
-    // Row tiles × chunks per column of tiles, per 64 rows of tile.
-    const TARGET_PER_64: usize = 16;
-    if software {
-        return 1;
-    }
-    let target = TARGET_PER_64 * tile / 64;
-    target
-        .div_ceil(m.div_ceil(tile).max(1))
-        .min(k / MIN_SPLIT_K)
-        .max(1)
-}
-
 /// Weights per chunk of a tiled product split in (about) `splits` chunks: at least 2 where the
 /// row has 2 steps of `step` weights, whole steps each, so every step lies in one chunk.
 pub(super) fn split_chunk(k: usize, step: usize, splits: usize) -> usize {
     let steps = k.div_ceil(step).max(1);
     let splits = splits.clamp(2, steps.max(2));
     steps.div_ceil(splits) * step
-}
-
-/// What `REXVQA_TILE_SPLIT` asks for.
-#[cfg(not(target_arch = "wasm32"))]
-#[derive(Debug, Clone, Copy)]
-enum Forced {
-    /// This many chunks, every tiled product.
-    Count(usize),
-    /// The width-blind rule ([`rows_rule`]).
-    Rows,
-}
-
-/// `REXVQA_TILE_SPLIT`, read once (native only).
-#[cfg(not(target_arch = "wasm32"))]
-fn forced_tile_splits() -> Option<Forced> {
-    static FORCED: std::sync::OnceLock<Option<Forced>> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| {
-        let v = std::env::var("REXVQA_TILE_SPLIT").ok()?;
-        if v == "rows" {
-            return Some(Forced::Rows);
-        }
-        v.parse::<usize>()
-            .ok()
-            .filter(|&n| (1..=64).contains(&n))
-            .map(Forced::Count)
-    })
 }
 
 /// Whether a GPU device's adapter has subgroup operations; `None` for the CPU.
@@ -342,65 +297,20 @@ pub enum TileForm {
 
 /// The tiled kernel's form: vector reads with 8 × 8 blocks, in 128 × 128 tiles of 16 × 16
 /// invocations on a GPU (`v8`), in 64 × 64 tiles of 8 × 8 invocations on a software adapter
-/// (`n8`, [`quant::SOFTWARE_SIDE`]); or natively `REXVQA_TILE_PER` = `v8`, `n8`, `v4` (4 × 4
-/// blocks, 64 × 64 tiles) or `s4` (the scalar form; read once), so that a GPU machine can time
-/// the others without a rebuild (`bench/device/run.sh` does), and the tests run every form.
-/// 8 × 8 reads workgroup memory half as often for the same multiply–adds (4 16-byte loads feed
-/// 64, where 4 × 4's 2 feed 16); its tiles are 4 times as large, too few at a question's 330
-/// rows to fill a GPU, which the split over the rows' weights ([`tile_splits`]) makes up for.
-/// An H200 (2026-11-28, synthetic 4B pair, both split as chosen): a question's device time
-/// 134.0 ms with 4 × 4 against 113.2 ms, prefill 1000 2,358 against 3,010 tok/s, the image
-/// encode 334.5 against 331.7 ms; unsplit, 8 × 8 took 160.9 ms a question. On lavapipe it took
-/// the tiny pair's image products from 549 ms (4 × 4) to 313 ms (2026-11-27). The scalar form's
-/// 8 × 8 blocks were dropped after an H200 ran them at 0.65–0.82× its 4 × 4. On SwiftShader
-/// (2026-11-28, tiny pair) `n8` took a 64-token prefill's products from 313 to 103 ms of device
-/// time in Chromium (140 to 72 natively; `bench/README.md`).
+/// (`n8`, [`quant::SOFTWARE_SIDE`]), unless the tuning names one (`REXVQA_TILE_PER`: `v8`, `n8`
+/// or `s4`, the scalar form). 8 × 8 blocks read workgroup memory half as often for the same
+/// multiply–adds as 4 × 4 (4 16-byte loads feed 64, where 4 × 4's 2 feed 16); their tiles are
+/// 4 times as large, too few at a question's 330 rows to fill a GPU, which the split over the
+/// rows' weights ([`tile_splits`]) makes up for. The 4 × 4 vector form was slower on a GPU
+/// (bench/results/device/h200-full-2026-11-28T0539/11-bench-variants.json) and is gone.
 pub fn tile_form(software: bool) -> TileForm {
-    match FORCED.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => {}
-        1 => return TileForm::Scalar,
-        v => {
-            return TileForm::Vector {
-                per: v >> 8,
-                side: v & 0xff,
-            };
-        }
+    match crate::tuning::current().tile {
+        Some(TileChoice::Wide) => WIDE,
+        Some(TileChoice::Narrow) => NARROW,
+        Some(TileChoice::Scalar) => TileForm::Scalar,
+        None if software => NARROW,
+        None => WIDE,
     }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static FORM: std::sync::OnceLock<Option<TileForm>> = std::sync::OnceLock::new();
-        let named = FORM.get_or_init(|| match std::env::var("REXVQA_TILE_PER").as_deref() {
-            Ok("s4") => Some(TileForm::Scalar),
-            Ok("v4") => Some(TileForm::Vector {
-                per: 4,
-                side: quant::VEC_SIDE,
-            }),
-            Ok("v8") => Some(WIDE),
-            Ok("n8") => Some(NARROW),
-            _ => None,
-        });
-        if let Some(form) = *named {
-            return form;
-        }
-    }
-    if software { NARROW } else { WIDE }
-}
-
-/// The form [`force_tile_form`] set: 0 for none, 1 for the scalar form, else a vector form's
-/// `per << 8 | side`.
-static FORCED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// Makes every tiled product of this process take `form` (`None`: the adapter's own), before
-/// `REXVQA_TILE_PER`: how the wasm tests run the GPU's form on a software adapter in Chromium,
-/// where no environment variable reaches the engine.
-#[doc(hidden)]
-pub fn force_tile_form(form: Option<TileForm>) {
-    let v = match form {
-        None => 0,
-        Some(TileForm::Scalar) => 1,
-        Some(TileForm::Vector { per, side }) => per << 8 | side,
-    };
-    FORCED.store(v, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The GPU's form of the tiled kernel (`v8`).
@@ -421,14 +331,7 @@ mod tests {
 
     #[test]
     fn every_vector_tile_form_stages_its_slices_whole_within_16_kib() {
-        for form in [
-            WIDE,
-            NARROW,
-            TileForm::Vector {
-                per: 4,
-                side: quant::VEC_SIDE,
-            },
-        ] {
+        for form in [WIDE, NARROW] {
             let TileForm::Vector { per, side } = form else {
                 unreachable!()
             };
@@ -464,15 +367,6 @@ mod tests {
         assert_eq!(rule(9, 13, 256), 1);
         // Software adapters never split.
         assert_eq!(splits_for(true, 128, [330, 2560, 10240]), 1);
-    }
-
-    #[test]
-    fn the_width_blind_rule_splits_by_rows_alone() {
-        assert_eq!(rows_rule(false, 64, [330, 1, 2560]), 3);
-        assert_eq!(rows_rule(false, 128, [330, 1, 2560]), 5);
-        assert_eq!(rows_rule(false, 128, [330, 1, 10240]), 11);
-        assert_eq!(rows_rule(false, 64, [1000, 1, 10240]), 1);
-        assert_eq!(rows_rule(true, 128, [330, 1, 10240]), 1);
     }
 
     #[test]

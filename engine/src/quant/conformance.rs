@@ -215,9 +215,9 @@ pub(crate) fn gelu_tanh_f64(v: f64) -> f64 {
 }
 
 /// Largest accepted difference of a product's GELU·up from the f64 GELU of its own sums,
-/// relative to `max(1, |gate · up|)`. Measured worst 1.6e-7 on lavapipe (2026-11-24); the bound
-/// is the fused GELU kernel's (`crate::selftest::rows::TOLERANCE`), 12× that, for GPUs whose
-/// tanh is less exact.
+/// relative to `max(1, |gate · up|)`. Measured worst 1.6e-7 on lavapipe; the bound is the fused
+/// GELU kernel's (`crate::selftest::rows::TOLERANCE`), 12× that, for GPUs whose tanh is less
+/// exact.
 pub const GELU_PRODUCT_TOLERANCE: f64 = 2e-6;
 
 /// Random inputs `[m, k]` in [-1, 1) for the checks' products.
@@ -448,7 +448,7 @@ pub fn cases() -> Vec<(GgmlType, usize, usize, usize)> {
         v.push((ty, 9, 3, k_small));
         v.push((ty, 130, 131, k_small));
         // MedGemma's hidden width: a matrix-vector invocation takes several steps along a row
-        // (2.5 chunks of a K-quant row for each of 64; two chunks a step with the unrolled form).
+        // (2.5 chunks of a K-quant row for each of 64).
         v.push((ty, 1, 5, 2560));
         if bs == 1 {
             v.push((ty, 66, 5, 75));

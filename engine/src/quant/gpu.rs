@@ -292,33 +292,8 @@ fn launch_qmatmul(
             );
             let (xa, wa, wha, w2a, wh2a, oa) = args();
             qgemv_kernel::launch(
-                &client,
-                cube_count,
-                cube_dim,
-                xa,
-                wa,
-                wha,
-                w2a,
-                wh2a,
-                oa,
-                m32,
-                k32,
-                n32,
-                n1,
-                wpr,
-                wpr2,
-                ld,
-                col0,
-                ty,
-                ty2,
-                stacked,
-                p.gelu,
-                subgroups,
-                native,
-                rows_x,
-                team,
-                shuffle,
-                gemv_unroll(),
+                &client, cube_count, cube_dim, xa, wa, wha, w2a, wh2a, oa, m32, k32, n32, n1, wpr,
+                wpr2, ld, col0, ty, ty2, stacked, p.gelu, subgroups, native, rows_x, team, shuffle,
                 h_elem,
             );
         }
@@ -418,38 +393,10 @@ fn input_lanes(k: usize) -> usize {
     if k.is_multiple_of(4) { 4 } else { 1 }
 }
 
-/// Invocations per weight row of the matrix–vector kernel: [`GEMV_TEAM`], or natively
-/// `REXVQA_GEMV_TEAM` = 8, 16, 32 or 64 (read once), for timing the other forms on a GPU machine
-/// (`bench/device/run.sh`) before one becomes the default, and for testing them.
+/// Invocations per weight row of the matrix–vector kernel: [`GEMV_TEAM`], or the tuning's
+/// (`REXVQA_GEMV_TEAM`; the conformance tests run the other teams).
 pub fn gemv_team() -> u32 {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static TEAM: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-        *TEAM.get_or_init(|| match std::env::var("REXVQA_GEMV_TEAM").as_deref() {
-            Ok("8") => 8,
-            Ok("16") => 16,
-            Ok("32") => 32,
-            Ok("64") => 64,
-            _ => GEMV_TEAM,
-        })
-    }
-    #[cfg(target_arch = "wasm32")]
-    GEMV_TEAM
-}
-
-/// Chunks of a K-quant row each invocation of the matrix–vector kernel decodes a step: 1, or
-/// natively `REXVQA_GEMV_UNROLL=2` (read once), for timing and testing the other form.
-pub fn gemv_unroll() -> u32 {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static UNROLL: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-        *UNROLL.get_or_init(|| match std::env::var("REXVQA_GEMV_UNROLL").as_deref() {
-            Ok("2") => 2,
-            _ => 1,
-        })
-    }
-    #[cfg(target_arch = "wasm32")]
-    1
+    crate::tuning::current().gemv_team.unwrap_or(GEMV_TEAM)
 }
 
 /// [`qgather_kernel`] into `out` (`[ids, k]`, contiguous, written in place).

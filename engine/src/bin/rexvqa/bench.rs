@@ -203,6 +203,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
         "mmproj": m.mmproj.as_ref().map(|p| p.display().to_string()),
         "load_s": load_s,
         "peak_rss_bytes": peak_rss(),
+        "tuning": rexvqa_engine::tuning::current(),
     });
     for more in [Some(figures), selftest].into_iter().flatten() {
         if let (Some(all), serde_json::Value::Object(more)) = (json.as_object_mut(), more) {
@@ -254,6 +255,7 @@ pub fn bench_kernels(args: BenchKernelsArgs) -> Result<(), String> {
         "engine": format!("rexvqa {}", env!("CARGO_PKG_VERSION")),
         "backend": format!("{backend:?}").to_lowercase(),
         "adapter": device::adapter(&dev),
+        "tuning": rexvqa_engine::tuning::current(),
         "rows": rows,
         "cols": cols,
         "kernels": timings,

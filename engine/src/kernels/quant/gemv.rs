@@ -298,35 +298,12 @@ pub(super) fn gemv_row<H: CubePrimitive>(
     lane: usize,
     #[comptime] team: u32,
     #[comptime] rows_x: usize,
-    #[comptime] unroll: u32,
     #[comptime] ty: u32,
     #[comptime] native: bool,
 ) {
     if comptime!(gemv_chunked(ty)) {
         let chunks = k / GEMV_CHUNK;
         let mut c = lane;
-        // Two chunks a step with `unroll` 2: both chunks' loads in one stretch of code, in the
-        // order of the one-chunk loop (so the same sums).
-        if comptime!(unroll == 2) {
-            while c + (team as usize) < chunks {
-                gemv_chunk(x, w, wh, row, c, acc, m0, m, k, rows_x, ty, native);
-                gemv_chunk(
-                    x,
-                    w,
-                    wh,
-                    row,
-                    c + team as usize,
-                    acc,
-                    m0,
-                    m,
-                    k,
-                    rows_x,
-                    ty,
-                    native,
-                );
-                c += 2 * team as usize;
-            }
-        }
         while c < chunks {
             gemv_chunk(x, w, wh, row, c, acc, m0, m, k, rows_x, ty, native);
             c += team as usize;
@@ -367,7 +344,6 @@ pub(super) fn gemv_matrix_row<H: CubePrimitive>(
     lane: usize,
     #[comptime] team: u32,
     #[comptime] rows_x: usize,
-    #[comptime] unroll: u32,
     #[comptime] ty: u32,
     #[comptime] ty2: u32,
     #[comptime] stacked: bool,
@@ -387,7 +363,6 @@ pub(super) fn gemv_matrix_row<H: CubePrimitive>(
                 lane,
                 team,
                 rows_x,
-                unroll,
                 ty,
                 native,
             );
@@ -404,7 +379,6 @@ pub(super) fn gemv_matrix_row<H: CubePrimitive>(
                 lane,
                 team,
                 rows_x,
-                unroll,
                 ty2,
                 native,
             );
@@ -422,7 +396,6 @@ pub(super) fn gemv_matrix_row<H: CubePrimitive>(
             lane,
             team,
             rows_x,
-            unroll,
             ty,
             native,
         );
@@ -464,7 +437,6 @@ pub fn qgemv_kernel<H: CubePrimitive>(
     #[comptime] rows_x: usize,
     #[comptime] team: u32,
     #[comptime] shuffle: bool,
-    #[comptime] unroll: u32,
     #[define(H)] _half: ElemType,
 ) {
     let n = n as usize;
@@ -497,8 +469,8 @@ pub fn qgemv_kernel<H: CubePrimitive>(
     // A team past the last row adds nothing but still passes the reduction's barriers.
     if r < n {
         gemv_matrix_row(
-            x, w, wh, w2, wh2, r, &mut acc, m0, m, k, n1, rw, rw2, lane, team, rows_x, unroll, ty,
-            ty2, stacked, native,
+            x, w, wh, w2, wh2, r, &mut acc, m0, m, k, n1, rw, rw2, lane, team, rows_x, ty, ty2,
+            stacked, native,
         );
         if comptime!(gelu) {
             gemv_matrix_row(
@@ -518,7 +490,6 @@ pub fn qgemv_kernel<H: CubePrimitive>(
                 lane,
                 team,
                 rows_x,
-                unroll,
                 ty,
                 ty2,
                 stacked,

@@ -58,8 +58,9 @@ pub const TILE: usize = 64;
 /// WebGPU's default 16 KiB).
 pub const TILE_K: usize = 16;
 /// Outputs per side of an invocation's block in [`qmatmul_tiled_kernel`]: 4 × 4, 16 × 16
-/// invocations a workgroup. (8 × 8 blocks, 8 × 8 invocations, ran at 0.65–0.82× on an H200.) The
-/// default form is [`qmatmul_tiled_vec_kernel`]; this one is `REXVQA_TILE_PER=s4`, natively.
+/// invocations a workgroup (8 × 8 blocks ran slower on a GPU:
+/// bench/results/device/h200-full-2026-11-27T0901/10-bench-tile8.json). The default form is
+/// [`qmatmul_tiled_vec_kernel`]; this one is `REXVQA_TILE_PER=s4`, natively.
 pub const TILE_PER: u32 = 4;
 /// Row stride of the staged rows in workgroup memory: one more than [`TILE_K`] because the
 /// invocations of a subgroup read different rows at the same `kk`; at a stride of 16 words the
