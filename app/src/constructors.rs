@@ -5,12 +5,12 @@
 //! calls `__wasm_call_ctors` itself is "command-style" to the linker, which then runs every
 //! constructor at the start of *every exported function*, and wasm-bindgen's glue calls an
 //! export each time a JavaScript object enters wasm (`__externref_table_alloc`): each WebGPU
-//! bind group, each descriptor. Measured in Chromium (SwiftShader, tiny pair, 2026-11-25): the
-//! worker spent 9–15 ms of host time per kernel dispatch, most of it in `__wasm_call_ctors` and
-//! `inventory` submissions; native issues a dispatch in ~1 ms on the same machine. Calling the
-//! constructors from an exported function (each binary's `main`) makes the linker treat the
-//! module as a reactor and leave the other exports alone (see the `inventory` crate's docs,
-//! "WebAssembly and constructors").
+//! bind group, each descriptor. In a browser that made the worker's host time per kernel
+//! dispatch many times native's, most of it in `__wasm_call_ctors` and `inventory` submissions
+//! (`bench/results/ci-vm-2core-wasm-constructors.json`). Calling the constructors from an
+//! exported function (each binary's `main`) makes the linker treat the module as a reactor and
+//! leave the other exports alone (see the `inventory` crate's docs, "WebAssembly and
+//! constructors").
 
 #[cfg(target_family = "wasm")]
 unsafe extern "C" {

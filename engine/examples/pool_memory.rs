@@ -1,9 +1,9 @@
 //! Device memory the pool reserves through the phases of a study, under a CubeCL dry run
 //! ([`rexvqa_engine::bench::pool_phases`]), so the 4B pair's memory can be followed on a
 //! software adapter in seconds. With `REXVQA_EXCLUSIVE_POOL=1` the native device takes the pool
-//! the browser's CubeCL is built with (on the H200 the browser reserved 2.498 GB after loading
-//! the 4B text GGUF; this gives 2.493 GB, and 2.579 GB with the native pool, as the native
-//! bench measured there).
+//! the browser's CubeCL is built with: after loading the 4B text GGUF each pool reserves what
+//! its side reserved on a GPU, in a browser and natively, to within a few MB
+//! (`bench/JOURNAL.md`).
 //!
 //!     REXVQA_EXCLUSIVE_POOL=1 cargo run -p rexvqa-engine --example pool_memory -- TEXT.gguf
 //!         [MMPROJ.gguf] [--prefill 64,1000] [--questions 4] [--pools]

@@ -257,7 +257,7 @@ fn clip8(v: i64) -> u8 {
 /// Resizes an 8-bit image with Pillow's BILINEAR filter, bit-exact. Kept ours rather than the
 /// `image` crate's `imageops::resize(.., Triangle)`, which is not Pillow's: on random 8-bit noise
 /// resized 1000×1200 → 896×896 it differed from this (and so from Pillow) on 17 % of pixels, by
-/// one level (measured 2026-11-24, image 0.25.10).
+/// one level (image 0.25.10).
 pub fn resize_bilinear(img: &Image8, out_w: u32, out_h: u32) -> Image8 {
     let ch = img.channels as usize;
     let (in_w, in_h) = (img.width as usize, img.height as usize);

@@ -13,19 +13,12 @@
 //! Higham bound of its dot product, 0 for exact operations), so `passed` is
 //! `max_error <= bound`.
 //!
-//! Time (measured 2026-11-24 on 2 cores), nearly all of it shader compilation: lavapipe,
-//! release CLI, every supported type (48 checks) 2.0 s with Mesa's shader cache warm, 11 s
-//! without it (tiled matmul 0.65 s per type, the tiny forward 3.3 s); SwiftShader in headless
-//! Chromium, debug wasm, a Q4_K_M MedGemma's plan (17 checks) 36 s on a page's first run and
-//! 5.6–8 s when run again in the same worker; release wasm, the synthetic 4B pair's plan (35
-//! checks) 12–15 s in a fresh profile (`bench/browser-fullsize.mjs`). Over the 3 s budget
-//! wherever shaders compile cold, so the app runs it beside the weights' hash and load, once
-//! per adapter and browser (the verdict is kept): there it added 3.1 and 4.2 s to the 4B
-//! pair's first load, where run first it added 12–13 s (2026-11-25,
-//! `bench/results/ci-vm-2core-selftest-beside-load.json`). Part of its time comes back later:
-//! on lavapipe with Mesa's cache off, `rexvqa bench --selftest` on the tiny pair took 6.7 s
-//! longer than without, for a self-test of 11.2 s (the kernels are the model's, at other
-//! shapes). Each attention width is checked with the variants the model compiles (the decoder
+//! Its time is nearly all shader compilation, over the 3 s budget wherever shaders compile
+//! cold, so the app runs it beside the weights' hash and load, once per adapter and browser
+//! (the verdict is kept), where most of it hides behind them
+//! (`bench/results/ci-vm-2core-selftest-beside-load.json`). Part of its time comes back later:
+//! the kernels are the model's, at other shapes, so the model's first use compiles less.
+//! Each attention width is checked with the variants the model compiles (the decoder
 //! masked, the vision tower unmasked) and the tiny forward runs at the decoder's head width,
 //! so no check compiles a kernel the model never runs; that changed no time measurably
 //! (`bench/results/ci-vm-2core-selftest-model-variants.json`).

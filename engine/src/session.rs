@@ -316,13 +316,12 @@ impl<'m> Session<'m> {
 
     /// Moves on to another study: nothing cached so far is used again, and it is dropped once
     /// this study's first image is encoded (or its first prompt runs), not now. In the browser's
-    /// pool (a page per allocation) the old features' and KV's pages, freed first, were taken
-    /// by the next image encode's temporaries, whose own pages then sat free while the new
-    /// study's KV made new ones: scoring MedGemma 4B studies in a row reserved 3.707, 3.810,
-    /// 3.937 and 4.076 GB after the first four (1.113x native's flat 3.661 GB); dropped after
-    /// the encode, at most 3.758 GB over 40 studies (1.027x). Natively unchanged (dry runs,
-    /// examples/pool_memory.rs `--studies`). On the CPU, where freed memory serves any size
-    /// and a wasm32 4B pair has little to spare, the cache is dropped now.
+    /// pool (a page per allocation) the old features' and KV's pages, freed first, would be taken
+    /// by the next image encode's temporaries, whose own pages would then sit free while the new
+    /// study's KV made new ones, so the pool would grow study by study
+    /// (bench/results/ci-vm-2core-bench-memory-dry-run.json; examples/pool_memory.rs
+    /// `--studies`). On the CPU, where freed memory serves any size and a wasm32 4B pair has
+    /// little to spare, the cache is dropped now.
     pub fn next_study(&mut self) {
         if crate::device::queues_work(self.model.device()) {
             self.retired = Some(std::mem::take(&mut self.cache));
@@ -340,14 +339,14 @@ impl<'m> Session<'m> {
     ///
     /// In the browser's pool (a page per allocation, kept through ~5,000 allocations; natively
     /// `REXVQA_EXCLUSIVE_POOL=1`) a free page serves only an allocation up to its size, so the
-    /// last study's pages sat free beside the encode's new ones, and the encode's beside the
-    /// next pass's: MedGemma 4B scoring studies in a row, the browser's pool held 3,645 MiB at
-    /// most against native's 3,491. The free pages are given back before the encode when the
-    /// session has moved on (the last study's work was read back), and before the next pass,
-    /// once the encode has run (a buffer destroyed while queued work still uses it is freed
-    /// only when that work is done, which the next pass's new pages would overlap): 3,449 MiB
-    /// (dry runs, examples/pool_memory.rs `--studies`). The native pool carves any size from
-    /// its pages and is left as it is.
+    /// last study's pages would sit free beside the encode's new ones, and the encode's beside
+    /// the next pass's, leaving the browser's pool above native's. The free pages are given back
+    /// before the encode when the session has moved on (the last study's work was read back),
+    /// and before the next pass, once the encode has run (a buffer destroyed while queued work
+    /// still uses it is freed only when that work is done, which the next pass's new pages would
+    /// overlap); that brings it under native's
+    /// (bench/results/ci-vm-2core-shed-pages-around-encodes.json; examples/pool_memory.rs
+    /// `--studies`). The native pool carves any size from its pages and is left as it is.
     pub fn add_image(&mut self, key: &str, pixels: &[f32]) -> Result<Tensor<2>, ModelError> {
         if self.retired.is_some() {
             self.shed_free_pages()?;

@@ -140,7 +140,7 @@ fn load(text: std::path::PathBuf, dev: &Device) -> Model {
 }
 
 /// The new kernels take a decoder layer from 82 dispatches to 8 (tiny model) and from 94 to
-/// 8 (Gemma 3 270M; lavapipe, 2026-11-24). What they are: the product of q, k and v (one
+/// 8 (Gemma 3 270M; lavapipe). What they are: the product of q, k and v (one
 /// matrix joined at load, or where v has another type, as in Q4_K_M's layer 1, one product
 /// reading both buffers), the output projection, gate and up as one joined matrix with the
 /// GELU·up applied in the product, and down; the q/k norm + RoPE that also writes the token's
@@ -159,9 +159,9 @@ fn fused_kernels_cut_the_dispatches_of_a_decoded_token() {
     let g270m = load(common::gemma270m(), &dev);
     drop(watching);
     // Chunks are queue writes into their buffers: the load launches no kernel but the join of
-    // each layer's q and k norms (two copies). Copying each chunk in from an upload buffer took
-    // 123 launches, and in the browser the freed upload buffers' pages kept the 4B pair's pool
-    // 0.31 GB above its weights.
+    // each layer's q and k norms (two copies). Copying each chunk in from an upload buffer would
+    // launch a kernel a chunk, and in the browser the freed upload buffers' pages would keep the
+    // pool above its weights.
     let mut kernels: BTreeMap<String, usize> = BTreeMap::new();
     for k in loading.0.lock().unwrap().iter() {
         *kernels.entry(short(k)).or_default() += 1;
@@ -176,7 +176,7 @@ fn fused_kernels_cut_the_dispatches_of_a_decoded_token() {
     );
     // The device pool grows by about the weights: the 262k-row head streams in 32 MiB chunks
     // into 128 MiB buffers written in place. Measured 1.09× the weight bytes after the tiny pair's
-    // load (lavapipe, 2026-11-24); 1.64× while each chunk's write copied its buffer.
+    // load (lavapipe); 1.64× where each chunk's write copied its buffer.
     let (grew, weights) = (reserved() - before, g270m.decoder.weight_bytes_per_token());
     assert!(
         grew as f64 <= 1.2 * weights as f64,

@@ -112,8 +112,8 @@ fn every_check_passes_on_lavapipe_and_the_forward_matches_the_cpu() {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
     let fwd = r.checks.iter().find(|c| c.name == "forward.tiny").unwrap();
-    // Measured on lavapipe: |Δlogit| 4.9e-6 with logits up to 3.4 (2026-11-25, the tiny
-    // decoder at MedGemma's head width 256; 1.8e-6 at width 64).
+    // Measured on lavapipe: |Δlogit| 4.9e-6 with logits up to 3.4 (the tiny decoder at
+    // MedGemma's head width 256; 1.8e-6 at width 64).
     assert!(fwd.max_error < 5e-5, "forward |Δlogit| {}", fwd.max_error);
 }
 

@@ -1,10 +1,10 @@
 //! A layer's small attention weights share one device buffer on a GPU
 //! (`Loader::qmatrices_shared`, which the tower's and the decoder's layers load through): in a
 //! browser, Dawn places every buffer under 4 MiB in a power-of-two block, and MedGemma 4B's
-//! 2.65 MB vision projections each took 4 MiB. The views must share the buffer (a slice at a
-//! misaligned offset would be a copy) and multiply exactly as the matrices loaded apart do; a
-//! joined part (q, k and v rows) exactly as its matrices apart. One test in this binary: it reads the process's device pool
-//! counts, which a test beside it would move.
+//! 2.65 MB vision projections would each take 4 MiB. The views must share the buffer (a slice at
+//! a misaligned offset would be a copy) and multiply exactly as the matrices loaded apart do; a
+//! joined part (q, k and v rows) exactly as its matrices apart. One test in this binary: it reads
+//! the process's device pool counts, which a test beside it would move.
 
 mod common;
 

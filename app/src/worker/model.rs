@@ -212,8 +212,7 @@ pub async fn load_stored(
     // device that cannot run the model at all sends it to the CPU, saying why. A verdict kept
     // from an earlier run applies at once; otherwise the test runs while the weights are
     // hashed and loaded, where its time (mostly shader compilation, in the GPU process) hides
-    // behind theirs: on SwiftShader it added 12–13 s to the 4B pair's first load when it ran
-    // first, 3–4 s beside them (`bench/results/ci-vm-2core-selftest-beside-load.json`).
+    // behind theirs, most of it (`bench/results/ci-vm-2core-selftest-beside-load.json`).
     let mut verdict = None;
     let mut fresh = None;
     if device::queues_work(&device) {

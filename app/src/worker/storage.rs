@@ -169,9 +169,9 @@ pub async fn check_room(dir: &Dir, files: &[(String, &File)]) -> Result<(), Work
 }
 
 /// Copies `file` into storage as `name`, continuing a partial copy of the same file, and keeps
-/// its SHA-256, computed in the same pass: the load then finds it and reads nothing again (the
-/// 4B pair's separate hash took 24.5 s after the copy on the H100 machine). The next piece is
-/// read while this one is written and hashed.
+/// its SHA-256, computed in the same pass: the load then finds it and reads nothing again (a
+/// separate hash would read the multi-GB file a second time). The next piece is read while this
+/// one is written and hashed.
 pub async fn store_file(
     out: Replies,
     dir: &Dir,

@@ -107,7 +107,8 @@ pub async fn count_passes_now(model: &Model, questions: usize) -> Result<PassCou
             }
         }
         // The batched study moves the same session on, as the evaluation does
-        // (`Session::next_study`): a second session beside the first held both studies' pages.
+        // (`Session::next_study`): a second session beside the first would hold both studies'
+        // pages.
         session.next_study();
         let f = session.add_image("count", &pixels)?;
         let prompts = study_prompts(model, 0..questions)?;

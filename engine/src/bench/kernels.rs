@@ -45,8 +45,8 @@ pub(super) fn timed_at(kernel: Kernel, m: usize) -> bool {
 }
 
 /// Shortest span a kernel timing rests on. Browsers round `performance.now()` to 100 µs
-/// without cross-origin isolation, and once the host cost per dispatch fell to ~0.1 ms (#33),
-/// three multiplications of a tiny matrix read as 0 ms; 10 ms keeps that rounding under 1 %.
+/// without cross-origin isolation, and at a host cost of ~0.1 ms a dispatch (#33) three
+/// multiplications of a tiny matrix can read as 0 ms; 10 ms keeps that rounding under 1 %.
 pub const MIN_TIMED_MS: f64 = 10.0;
 
 /// Most multiplications one kernel timing issues, so a kernel faster than the clock's

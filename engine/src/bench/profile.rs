@@ -217,7 +217,7 @@ pub async fn profile_passes(
         ));
 
         // The same session moved on, as the evaluation does: a second session beside the
-        // first held both studies' pages.
+        // first would hold both studies' pages.
         session.next_study();
         let f = session.add_image("profile", pixels)?;
         let prompts = study_prompts(model, 0..opts.questions.max(2))?;

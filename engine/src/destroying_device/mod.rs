@@ -2,12 +2,13 @@
 //!
 //! CubeCL gives a buffer back by dropping its `wgpu::Buffer`. Natively wgpu frees the memory
 //! then; in a browser wgpu's WebGPU backend only drops its JavaScript handle, and the
-//! `GPUBuffer` holds its memory until a garbage collection finds the handle, 9-10 s later with
-//! GPU work going on (`bench/gpubuffer-gc.mjs`; up to 348 MB during the 4B Benchmark). This
-//! module wraps a device through wgpu's `custom` backend. Every object is the real one inside a
-//! thin wrapper, and a dropped buffer is `destroy()`ed once no unsubmitted command can name it:
-//! at once when no encoder holds commands, else after the submit that hands over the last
-//! commands recorded before the drop.
+//! `GPUBuffer` holds its memory until a garbage collection finds the handle, seconds later
+//! even with GPU work going on (`bench/gpubuffer-gc.mjs`,
+//! `bench/results/ci-vm-2core-gpubuffer-gc.json`), and the Benchmark gives back hundreds of
+//! megabytes at 4B. This module wraps a device through wgpu's `custom` backend. Every object is
+//! the real one inside a thin wrapper, and a dropped buffer is `destroy()`ed once no unsubmitted
+//! command can name it: at once when no encoder holds commands, else after the submit that hands
+//! over the last commands recorded before the drop.
 //!
 //! The wrapper serves compute, which is all CubeCL asks of a device. Rendering, textures and ray
 //! tracing are refused with a panic naming the call: nothing in this program renders.
@@ -50,9 +51,9 @@ pub struct Counts {
     #[serde(default)]
     pub live_small: u64,
     /// What rounding those up to powers of two adds: a model of Dawn's buddy suballocator
-    /// (blocks of a power of two inside shared heaps). On the 4B pair's weights loaded a
-    /// matrix a buffer it gave 235 MiB, where an H200 measured 214 MiB between Chromium with
-    /// and without suballocation (`bench/results/ci-vm-2core-shared-attention-weights.json`).
+    /// (blocks of a power of two inside shared heaps), close to what a GPU's driver measured
+    /// between Chromium with and without suballocation
+    /// (`bench/results/ci-vm-2core-shared-attention-weights.json`).
     #[serde(default)]
     pub live_small_slack_bytes: u64,
 }

@@ -176,7 +176,8 @@ pub const STUDY_BATCH: usize = 4;
 /// Answers questions of one study together. In fast mode on a GPU backend, questions over the
 /// same images are scored in one batched pass ([`Session::score_many`]) and share its time
 /// equally in `ms`; otherwise they are answered one by one. Why only there: batching measured
-/// 1.1–1.4× faster on wgpu (lavapipe) but 0.93× on the CPU, where a bigger matrix gains nothing.
+/// faster on wgpu (lavapipe) but slower on the CPU, where a bigger matrix gains nothing
+/// (`bench/JOURNAL.md`, study batching).
 pub async fn answer_study(
     session: &mut Session<'_>,
     records: &[&Record],

@@ -11,8 +11,8 @@ use super::row_kernels::{ROW_THREADS, argmax_final_kernel, argmax_partial_kernel
 /// each, where 256 lanes read four. A vocabulary row of 262,144 still spreads over 256
 /// workgroups, but each reduction is 6 barriers over 64 slots, not 8 over 256: on a software
 /// adapter the reductions cost more than the reads, and SwiftShader zero-initialises the slots
-/// in every subgroup of 4 (a tiny pair's token: argmax 98 ms of 450 in Chromium, 29-50 ms
-/// natively, with 256 lanes).
+/// in every subgroup of 4
+/// (bench/results/ci-vm-2core-swiftshader-row-threads-browser-vs-native.json).
 const ARGMAX_THREADS: u32 = 64;
 
 /// Columns each workgroup of [`argmax_partial_kernel`] scans at least (sixteen a lane).

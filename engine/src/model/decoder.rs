@@ -343,8 +343,8 @@ impl Decoder {
         let t = hidden.dims()[0];
         let last = hidden.slice([t - 1..t, 0..self.cfg.hidden]);
         let logits = self.logits(last);
-        // burn's argmax reduces a single row in one invocation on the GPU (11 ms of a 29 ms
-        // token on an H200, 2026-11-27): the fused one reads it with many workgroups.
+        // burn's argmax reduces a single row in one invocation on the GPU, a large share of a
+        // token's time at a 262k vocabulary: the fused one reads it with many workgroups.
         let id = if crate::kernels::queues_work(&self.device) {
             crate::kernels::rows::argmax(logits)
         } else {
@@ -380,9 +380,9 @@ impl Decoder {
 
     /// Logits of chosen tokens only, computing just those head rows: `[t, hidden] → [t, ids]`.
     /// Products and a sum over the hidden width rather than a matmul: burn's matmul for so few
-    /// rows and columns took 22.0 ms of a 4-question study's pass in Chromium on an H200 against
-    /// 0.79 ms natively (`bench/results/device/h200-browser-2026-11-27T2355/bvn-4b.json`); a sum
-    /// is one of burn's reduction kernels.
+    /// rows and columns falls back, without cooperative matrices (a browser's case), to a form
+    /// far slower than native's (`bench/results/device/h200-browser-2026-11-27T2355/bvn-4b.json`);
+    /// a sum is one of burn's reduction kernels.
     pub fn logits_for(&self, hidden: Tensor<2>, ids: &[u32]) -> Tensor<2> {
         let rows = self.token_embd.gather(ids);
         let t = hidden.dims()[0];
@@ -427,7 +427,7 @@ enum Keys {
     Kept,
     /// Thrown away with the pass (a study's questions batched): each layer's live only while it
     /// runs, so the pass holds one layer's copy of the prefix instead of all of them (MedGemma
-    /// 4B, four questions: 2 of 68 buffers of 6.3 MB; `examples/pool_memory.rs` peaks 0.41 GB
-    /// lower, browser pool and native alike). Each layer's slot gets its buffers back.
+    /// 4B: 2 of 68 buffers; `examples/pool_memory.rs` shows the lower peak). Each layer's slot
+    /// gets its buffers back.
     Discarded,
 }

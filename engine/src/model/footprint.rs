@@ -12,8 +12,9 @@ pub const WASM32_MAX_BYTES: u64 = 4 << 30;
 /// the vision tower's activations (4,096 patches × 1,152 wide, attention in 32 MiB score
 /// blocks), the KV cache of a question with its image and a study's cached copy, and the
 /// dequantised row blocks of the prefill GEMMs. Measured (bench/browser-fullsize.mjs, CPU path,
-/// synthetic MedGemma 4B pair, two questions of a study): wasm memory 3.823 GB at its peak for
-/// 3.344 GB of weights, so 480 MB; 512 MiB keeps 12% above that.
+/// synthetic MedGemma 4B pair, two questions of a study;
+/// bench/results/ci-vm-2core-medgemma4b-synthetic-browser.json): wasm memory 3.823 GB at its
+/// peak for 3.344 GB of weights, so 480 MB; 512 MiB keeps 12% above that.
 pub const CPU_WORKING_BYTES: u64 = 512 << 20;
 
 /// A pair's memory on the CPU path.

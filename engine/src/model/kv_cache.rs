@@ -173,11 +173,11 @@ impl KvCache {
     ///
     /// Why before: CubeCL's pool on wasm hands a free page to any smaller allocation whose own
     /// size class has none free, and a KV buffer outlives many passes. Grown layer by layer, each
-    /// took the page that the layer before had just freed from its MLP product, and the next
-    /// product allocated that page anew: a study's four questions batched (1,272 rows) left 22
-    /// pages of 104 MB reserved in the browser's pool for MedGemma 4B (7.4 GB at the peak,
-    /// against 4.3 natively; `examples/pool_memory.rs`). Before the pass, only the free pages of
-    /// earlier passes are there to take.
+    /// would take the page that the layer before had just freed from its MLP product, and the
+    /// next product would allocate that page anew: a study's four questions batched left pages
+    /// of the MLP product's size reserved and empty, far above native's peak
+    /// (`examples/pool_memory.rs`; bench/results/ci-vm-2core-pool-memory-study-dry-run.json).
+    /// Before the pass, only the free pages of earlier passes are there to take.
     pub(super) fn reserve(&mut self, t: usize, [h, d]: [usize; 2], device: &burn::tensor::Device) {
         if !crate::device::queues_work(device) {
             return;

@@ -149,7 +149,7 @@ impl Attention {
         );
         let o = b.weight(blk::ATTN_OUTPUT);
         // The output projection shares the projections' buffer where it can: alone, MedGemma
-        // 4B's (2.95 MB) and a Q6_K v (2.15 MB) each took a 4 MiB block in a browser
+        // 4B's (2.95 MB) and a Q6_K v (2.15 MB) would each take a 4 MiB block in a browser
         // (`Loader::qmatrices_shared`).
         let shared_qkv = l
             .qmatrices_shared(&[

@@ -161,8 +161,7 @@ impl<'a, S: RangeSource> Loader<'a, S> {
     /// fit one buffer; otherwise `None`, with nothing read.
     ///
     /// Joining matrices loaded apart copies them on the device, and in the browser the copies'
-    /// freed buffers stayed reserved: the 4B pair's load took 4.21 GB of device memory on
-    /// SwiftShader where one copy of its weights takes 3.34 GB.
+    /// freed buffers stay reserved, so the load would hold well over one copy of the weights.
     pub async fn qmatrix_joined(
         &mut self,
         parts: &[(&str, usize)],
@@ -177,9 +176,8 @@ impl<'a, S: RangeSource> Loader<'a, S> {
     /// Matrices streamed into one device buffer and handed out as views of it. Each part is
     /// one matrix of `cols`-wide rows joined from tensors of one type, in the order given (a
     /// layer's q, k and v: one product computes them; one part is [`Loader::qmatrix_joined`]).
-    /// A browser's WebGPU (Dawn) places a
-    /// buffer under 4 MiB in a power-of-two block, so each 2.65 MB projection of MedGemma 4B's
-    /// vision tower took 4 MiB: Dawn's suballocation cost ~200-380 MiB on an H200
+    /// A browser's WebGPU (Dawn) places a buffer under 4 MiB in a power-of-two block, so each
+    /// 2.65 MB projection of MedGemma 4B's vision tower alone would take 4 MiB
     /// (`bench/results/h200-and-ci-vm-browser-memory-by-stage.json`). Only on a GPU, where each
     /// part's tensors share a type, every part's bytes are a multiple of the device's offset
     /// alignment where there are several (so that each view shares the buffer rather than

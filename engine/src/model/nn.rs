@@ -124,8 +124,8 @@ pub fn gelu_mul_halves_composed(x: Tensor<2>) -> Tensor<2> {
 pub fn gelu_tanh_composed<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     use crate::kernels::quant::{GELU_CUBIC, SQRT_2_OVER_PI, TANH_SATURATED};
     // tanh is ±1 in f32 beyond |9.02|, so clamping first changes no result; SwiftShader's tanh
-    // returns NaN past ~44 (exp overflow), which FFN gate values above ~9.5 reach (found by the
-    // device self-test's tiny forward: NaN from the first FFN, 2026-11-24).
+    // returns NaN past ~44 (exp overflow), which FFN gate values above ~9.5 reach (the device
+    // self-test's tiny forward found it: NaN from the first FFN).
     let inner =
         (x.clone() + x.clone().powi_scalar(3).mul_scalar(GELU_CUBIC)).mul_scalar(SQRT_2_OVER_PI);
     let inner = inner.clamp(-TANH_SATURATED, TANH_SATURATED);

@@ -77,8 +77,9 @@ impl Linear {
 }
 
 /// Patches the tower's MLP multiplies at once: a quarter of an 896-px image's 4,096. Whole, the
-/// up product of MedGemma 4B's tower (70.5 MB) and its GELU took two browser pool pages of a
-/// size nothing after the image fits; a quarter (17.6 MB) takes pages of the attention's size.
+/// up product of MedGemma 4B's tower (70.5 MB) and its GELU would take two browser pool pages
+/// of a size nothing after the image fits; a quarter (17.6 MB) takes pages of the attention's
+/// size.
 const MLP_BLOCK_ROWS: usize = 1024;
 
 /// One tower layer; fields follow the GGUF names `v.blk.N.*`, in forward order.
@@ -119,8 +120,8 @@ impl Layer {
         let ln1 = LayerNorm::load(l, &lin(v_blk::LN1), h, c.eps).await?;
         // The four h×h projections (2.65 MB each in MedGemma 4B's F16) share one buffer where
         // they can (`Loader::qmatrices_shared`). They stay four products: one joined q, k, v
-        // product made a page three activations wide that outlived the encode in the browser's
-        // pool (tiny pair on lavapipe: peak 75.4 against 70.8 MB, the same time per image).
+        // product makes a page three activations wide that outlives the encode in the browser's
+        // pool, for no time saved (bench/results/ci-vm-2core-shared-attention-weights.json).
         let attn = [v_blk::ATTN_Q, v_blk::ATTN_K, v_blk::ATTN_V, v_blk::ATTN_OUT].map(lin);
         let w = attn.clone().map(|n| names::weight(&n));
         let one = |i: usize| [(w[i].as_str(), h)];

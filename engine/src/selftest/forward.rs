@@ -12,10 +12,10 @@ use crate::quant::conformance::Measured;
 
 /// Largest |Δlogit| of the tiny forward as a fraction of the largest |logit| on the CPU.
 /// Measured at MedGemma's head width 256: |Δlogit| 4.9e-6 on lavapipe and 2.6e-6 on
-/// SwiftShader with logits up to 3.4 (2026-11-25), i.e. 1.4e-6 of the largest; the bound is
-/// 70× that, for GPUs whose fused multiply-adds and exp differ more from the CPU's. A broken
-/// form (the injected fault) gives errors of the order of the logits themselves, and NaN
-/// always fails.
+/// SwiftShader with logits up to 3.4 (`engine/tests/selftest.rs`), i.e. 1.4e-6 of the largest;
+/// the bound is 70× that, for GPUs whose fused multiply-adds and exp differ more from the
+/// CPU's. A broken form (the injected fault) gives errors of the order of the logits
+/// themselves, and NaN always fails.
 pub const FORWARD_TOLERANCE: f64 = 1e-4;
 
 /// The tiny built-in decoder: MedGemma's layer structure (grouped query heads, a sliding and a

@@ -16,8 +16,10 @@ use super::ty;
 /// a block type lies in one block or sub-block (`j0` is a multiple of 4, and the row a whole
 /// number of blocks of 32 or 256 weights, which every step of 16 or 32 divides, so `j0 < k`),
 /// so its four quants share one or two words and one scale: one load of each and one widening
-/// of the scale where [`dequant_one`] makes them per weight (a Q8_0 prefill's products on
-/// SwiftShader: see `bench/README.md`). The values are [`dequant_one`]'s, bit for bit.
+/// of the scale where [`dequant_one`] makes them per weight (a Q8_0 pair's products on
+/// SwiftShader: see `bench/JOURNAL.md` and
+/// bench/results/ci-vm-2core-swiftshader-quant-runs-browser-vs-native.json). The values are
+/// [`dequant_one`]'s, bit for bit.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn stage_run<H: CubePrimitive, L: List<f32>>(
@@ -196,9 +198,8 @@ pub(super) fn stage_weight_run<H: CubePrimitive, L: List<f32>>(
 /// launch picks when 4 divides `k`, so a run never crosses the row's end), four reads otherwise.
 /// A browser clamps every storage read to its buffer (WebGPU's robustness; cubecl-wgpu turns
 /// naga's bounds checks off natively), and on a software adapter the clamps cost about what the
-/// products do: a token's products in Chromium on SwiftShader took 260 and 279 ms, 140 ms with
-/// Dawn's `disable_robustness`; the 262k-row output's product, median of 3, 265 ms with four
-/// reads a run and 153 with one (`bench/README.md`).
+/// products do, so one clamped read a run pays where four did
+/// (bench/results/ci-vm-2core-swiftshader-robustness-x-runs.json; `bench/JOURNAL.md`).
 #[cube]
 pub(super) fn input_run<V: Size, L: List<f32>>(
     x: &Tensor<Vector<f32, V>>,
