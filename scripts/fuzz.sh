@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF parser with cargo-fuzz (nightly toolchain, libFuzzer), seeded with the
 # committed malformed corpus. Not part of scripts/test.sh: the corpus itself runs there as an
-# ordinary test (engine/tests/gguf_corpus.rs). Usage: scripts/fuzz.sh [seconds, default 600]
+# ordinary test (engine/tests/cpu/gguf_corpus.rs). Usage: scripts/fuzz.sh [seconds, default 600]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-600}"

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use rexvqa_engine::destroying_device::Counts;
 use rexvqa_engine::image::Policy;
 
@@ -35,12 +33,7 @@ fn child() {
     let (text, mmproj) = common::tiny_pair(&golden);
     let device = rexvqa_engine::device::wgpu().expect("a wgpu adapter (lavapipe)");
     let model = common::load_model(&text, Some(mmproj.as_path()), &device);
-    let ids: Vec<u32> = golden["prompts"]["official_one_image"]["input_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
+    let ids = common::token_ids(&golden["prompts"]["official_one_image"]["input_ids"]);
     let png =
         std::fs::read(common::repo_root().join("tests/fixtures/images/tiny_ref_0.png")).unwrap();
     let pixels = model.preprocess_file(&png, Policy::Scale).unwrap();
@@ -64,27 +57,15 @@ fn child() {
 }
 
 fn run_child(destroying: bool) -> ChildResult {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "destroying_device_matches_the_plain_device"])
-        .args(["--nocapture", "--test-threads", "1"])
-        .env(CHILD, "1")
-        .env("REXVQA_EXCLUSIVE_POOL", "1")
-        .env(
+    let envs = [
+        (CHILD, "1"),
+        ("REXVQA_EXCLUSIVE_POOL", "1"),
+        (
             "REXVQA_DESTROYING_DEVICE",
             if destroying { "1" } else { "0" },
-        )
-        .output()
-        .expect("the test binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child (destroying: {destroying}) failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json = stdout
-        .lines()
-        .find_map(|l| l.split_once(MARK).map(|(_, j)| j.to_string()))
-        .unwrap_or_else(|| panic!("nothing printed after {MARK:?}:\n{stdout}"));
+        ),
+    ];
+    let json = common::rerun_self("destroying_device_matches_the_plain_device", &envs, MARK);
     serde_json::from_str(&json).unwrap()
 }
 

@@ -72,17 +72,9 @@ fn rendered(name: &str) -> (String, usize) {
     }
 }
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 /// Max |Δ| of logits and image features against the golden file, within `tol` and `feat_tol`.
 /// `image0` is [`reference_image`]'s features (encoded once per model: an 896-px encode takes
-/// ~6.5 s on lavapipe).
+/// seconds on lavapipe).
 fn compare(case: &Case, image0: &Tensor<2>, tol: f32, feat_tol: f32) -> (f32, f32) {
     let m = &case.model;
     let root = common::repo_root();
@@ -96,14 +88,14 @@ fn compare(case: &Case, image0: &Tensor<2>, tol: f32, feat_tol: f32) -> (f32, f3
         .map(|p| m.preprocess_file(p, Policy::Scale).unwrap())
         .collect();
     let feats = [image0.clone(), m.encode_image(&pixels[1]).unwrap()];
-    let subset = ids(&case.golden["subset_ids"]);
+    let subset = common::token_ids(&case.golden["subset_ids"]);
     let (mut max_logit, mut max_feat) = (0f32, 0f32);
     for (name, g) in case.golden["prompts"].as_object().unwrap() {
         let (text, n_img) = rendered(name);
         let input = m.tokenize_rendered(&text, n_img).unwrap();
         assert_eq!(
             input,
-            ids(&g["input_ids"]),
+            common::token_ids(&g["input_ids"]),
             "{name}: token ids differ from transformers"
         );
         if let Some(shas) = g.get("pixel_values_sha256") {
@@ -136,7 +128,7 @@ fn compare(case: &Case, image0: &Tensor<2>, tol: f32, feat_tol: f32) -> (f32, f3
             let want = f["abs_sum"].as_f64().unwrap();
             let rel = (abs_sum - want).abs() / want;
             println!("{name}: feature abs-sum relative error {rel:.2e}");
-            // Measured at most 7.3e-8 (CPU and wgpu on lavapipe, 2026-11-23).
+            // Measured at most 7.3e-8 (CPU and wgpu on lavapipe).
             assert!(rel < 1e-6, "{name}: feature magnitude {abs_sum} vs {want}");
         }
         let mut cache = m.decoder.new_cache();
@@ -212,7 +204,11 @@ fn per_layer(case: &Case, tag: &str) -> Vec<StageError> {
     for (name, g) in hidden["prompts"].as_object().unwrap() {
         let (text, n_img) = rendered(name);
         let input = m.tokenize_rendered(&text, n_img).unwrap();
-        assert_eq!(input, ids(&g["input_ids"]), "{name}: token ids");
+        assert_eq!(
+            input,
+            common::token_ids(&g["input_ids"]),
+            "{name}: token ids"
+        );
         let mut rec = Recorder::default();
         let mut cache = m.decoder.new_cache();
         m.decoder
@@ -246,7 +242,7 @@ fn greedy(case: &Case, f: &Tensor<2>, tol: f32) {
     let (text, _) = rendered("official_one_image");
     let input = m.tokenize_rendered(&text, 1).unwrap();
     let g = &case.golden["greedy_official"];
-    let want = ids(&g["ids"]);
+    let want = common::token_ids(&g["ids"]);
     let mut s = Session::new(m);
     let got =
         pollster::block_on(s.generate(&input, std::slice::from_ref(f), want.len(), &mut |_, _| {}))
@@ -604,7 +600,7 @@ fn study_answers(case: &Case) {
     }
 }
 
-// Tolerances are about 10× the largest error measured (CPU and wgpu on lavapipe, 2026-11-23;
+// Tolerances are about 10× the largest error measured (CPU and wgpu on lavapipe;
 // transformers runs the exactly dequantised weights in f32, so only summation order differs):
 // logits and greedy steps 4.3e-6 (f32), 4.2e-6 (Q8_0), 1.05e-5 (Q4_K_M); image features 1.7e-6;
 // every stage of every layer, relative to its scale, 2.8e-6.
@@ -656,29 +652,38 @@ fn tinyk_q4_k_m_on_cpu_matches_transformers_on_the_dequantised_weights() {
     batched(&c, &f, BATCH_TOL);
 }
 
-#[test]
-fn tiny_models_on_wgpu_match_transformers() {
+/// A model on lavapipe against transformers; the evaluation path over `score_many` and the GPU
+/// kernels stage by stage on `tiny-q8_0` alone (slow on lavapipe). One test a model, so the
+/// test threads share them out.
+fn on_wgpu_matches_transformers(tag: &str, tol: f32) {
     let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
-    for (tag, tol) in [
-        ("tiny-f32", LOGIT_TOL),
-        ("tiny-q8_0", LOGIT_TOL),
-        ("tinyk-q4_k_m", LOGIT_TOL_K),
-    ] {
-        let c = load(tag, &dev);
-        let f = reference_image(&c.model);
-        compare(&c, &f, tol, FEATURE_TOL);
-        greedy(&c, &f, tol);
-        batched(&c, &f, BATCH_TOL);
-        // Slow on lavapipe: one model suffices for the evaluation path over `score_many` and
-        // for the GPU kernels stage by stage.
-        if tag == "tiny-q8_0" {
-            cache_survives_a_failed_prompt(&c, &f, BATCH_TOL);
-            study_answers(&c);
-            layers::assert_within(
-                &format!("{tag} per layer on wgpu"),
-                &per_layer(&c, tag),
-                LAYER_TOL,
-            );
-        }
+    let c = load(tag, &dev);
+    let f = reference_image(&c.model);
+    compare(&c, &f, tol, FEATURE_TOL);
+    greedy(&c, &f, tol);
+    batched(&c, &f, BATCH_TOL);
+    if tag == "tiny-q8_0" {
+        cache_survives_a_failed_prompt(&c, &f, BATCH_TOL);
+        study_answers(&c);
+        layers::assert_within(
+            &format!("{tag} per layer on wgpu"),
+            &per_layer(&c, tag),
+            LAYER_TOL,
+        );
     }
+}
+
+#[test]
+fn tiny_f32_on_wgpu_matches_transformers() {
+    on_wgpu_matches_transformers("tiny-f32", LOGIT_TOL);
+}
+
+#[test]
+fn tiny_q8_0_on_wgpu_matches_transformers() {
+    on_wgpu_matches_transformers("tiny-q8_0", LOGIT_TOL);
+}
+
+#[test]
+fn tinyk_q4_k_m_on_wgpu_matches_transformers() {
+    on_wgpu_matches_transformers("tinyk-q4_k_m", LOGIT_TOL_K);
 }

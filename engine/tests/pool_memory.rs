@@ -11,7 +11,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use rexvqa_engine::bench::{PoolPhases, StudyFlow};
 use rexvqa_engine::gguf::{FileSource, Gguf};
@@ -26,7 +25,8 @@ const STUDIES: &str = "REXVQA_POOL_TEST_STUDIES";
 const MARK: &str = "POOL_PHASES ";
 /// The most the browser's pool may hold scoring studies, against the native pool's peak: #33's
 /// criterion. Measured 0.963x on lavapipe (1.172 vs 1.217 GB) with the free pages given back
-/// around each encode (`Session::add_image`), 1.076x (1.309 GB) without.
+/// around each encode (`Session::add_image`), 1.076x (1.309 GB) without
+/// (bench/results/ci-vm-2core-shed-pages-around-encodes.json).
 const STUDIES_BOUND: f64 = 1.0;
 /// The line a child prints the bytes reserved after each study on.
 const STUDIES_MARK: &str = "POOL_STUDIES ";
@@ -68,31 +68,17 @@ fn child(dir: &Path) {
 
 /// What a child printed after `mark`, run with one pool (and scoring studies if `studies`).
 fn child_line(dir: &Path, exclusive: bool, studies: bool, mark: &str) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "browser_pool_holds_a_study_near_native_memory"])
-        .args(["--nocapture", "--test-threads", "1"])
-        .env(CHILD, dir)
-        .env("REXVQA_EXCLUSIVE_POOL", if exclusive { "1" } else { "0" })
+    let on = if exclusive { "1" } else { "0" };
+    let mut envs = vec![
+        (CHILD, dir.to_str().expect("a UTF-8 temporary path")),
+        ("REXVQA_EXCLUSIVE_POOL", on),
         // The browser's pool on the browser's device, which destroys the buffers it releases.
-        .env(
-            "REXVQA_DESTROYING_DEVICE",
-            if exclusive { "1" } else { "0" },
-        );
+        ("REXVQA_DESTROYING_DEVICE", on),
+    ];
     if studies {
-        cmd.env(STUDIES, "1");
+        envs.push((STUDIES, "1"));
     }
-    let out = cmd.output().expect("the test binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child (exclusive pool: {exclusive}) failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        // libtest's "test … " may precede the mark on its line.
-        .find_map(|l| l.split_once(mark).map(|(_, json)| json.to_string()))
-        .unwrap_or_else(|| panic!("nothing printed after {mark:?}:\n{stdout}"))
+    common::rerun_self("browser_pool_holds_a_study_near_native_memory", &envs, mark)
 }
 
 fn run_child(dir: &Path, exclusive: bool) -> PoolPhases {
@@ -138,12 +124,11 @@ fn browser_pool_holds_a_study_near_native_memory() {
     );
     let (first, most) = (browser_studies[0], *browser_studies.iter().max().unwrap());
     let growth = most as f64 / first as f64;
-    // Measured 1.0138x (1.1470 -> 1.1629 GB) on lavapipe with the free pages given back around
-    // each encode, 1.0204x (1.2827 -> 1.3089 GB) without, the same with the last study
-    // released before the next encode: this pair (6 layers) does not show the 4B pair's
-    // growth over three studies that `Session::next_study` removed (the test below checks its
-    // mechanism), so this bound guards against a study leaving something behind (one study's
-    // KV is ~1 % of the pool here, 5 % over six).
+    // Measured 1.0138x on lavapipe with the free pages given back around each encode, 1.0204x
+    // without (bench/results/ci-vm-2core-shed-pages-around-encodes.json). This pair (6 layers)
+    // does not show the 4B pair's growth over studies that `Session::next_study` prevents (the
+    // test below checks its mechanism), so this bound guards against a study leaving something
+    // behind (one study's KV is ~1 % of the pool here, 5 % over six).
     assert!(
         growth <= 1.03,
         "the browser's pool grew {growth:.4}x from the first of six identical studies to the \
@@ -157,16 +142,10 @@ fn browser_pool_holds_a_study_near_native_memory() {
         browser.peak_bytes, native.peak_bytes, browser.phases, native.phases
     );
     // Measured 1.122x (1.365 vs 1.217 GB) on lavapipe; a dry run allocates the same every run.
-    // With the batched segments' keys concatenated one by one instead of gathered, 1.130x
-    // (1.375 GB); with the MLPs also multiplying all rows at once instead of in row blocks,
-    // 1.174x (1.585 vs 1.351 GB); with each question also copying the session's cache instead
-    // of writing over it, 1.209x; with the batched questions' keys also kept for the whole pass,
-    // 1.262x; with the KV buffers grown layer by layer during the pass, 1.459x. The whole 4B
-    // pair, where the weights weigh more against the free pages (examples/pool_memory.rs on
-    // SwiftShader's ICD): 1.024x (3.889 vs 3.796 GB), 1.050x (4.127 vs 3.931) before the row
-    // blocks, 1.70x first. Through the whole Benchmark instead (`--bench`: its decode, profile
-    // passes and cold studies, which these phases leave out), 1.114x (4.229 vs 3.796 GB); the
-    // same run on the tiny pair and Gemma 3 270M gives their real SwiftShader peaks within 4 %
+    // Undoing the pool's mends one by one (keys gathered, the MLP's row blocks, a question
+    // writing over the session's cache, a batched pass's keys kept for their layer only,
+    // `KvCache::reserve`) raised it step by step to ~1.46x (`bench/JOURNAL.md`). The whole 4B
+    // pair and the whole Benchmark, which these phases leave out, are `examples/pool_memory.rs`'s
     // (bench/results/ci-vm-2core-bench-memory-dry-run.json).
     assert!(
         ratio <= 1.15,
@@ -176,10 +155,10 @@ fn browser_pool_holds_a_study_near_native_memory() {
 }
 
 /// [`rexvqa_engine::session::Session::next_study`] on a GPU keeps the last study's image
-/// features and KV until the next study's image is encoded, then releases them (MedGemma 4B:
-/// the browser's pool 1.113x native over a split's studies when they were released first,
-/// 1.027x after; examples/pool_memory.rs `--studies`). The tiny pair on lavapipe, under a dry
-/// run; only the pool's bytes in use are read.
+/// features and KV until the next study's image is encoded, then releases them, so that the
+/// browser's pool does not grow study by study at MedGemma 4B (examples/pool_memory.rs
+/// `--studies`; bench/results/ci-vm-2core-bench-memory-dry-run.json). The tiny pair on lavapipe,
+/// under a dry run; only the pool's bytes in use are read.
 #[test]
 fn next_study_releases_the_last_study_after_the_next_encode() {
     use rexvqa_engine::session::Session;

@@ -137,3 +137,37 @@ pub fn load_model(
     ))
     .unwrap_or_else(|e| panic!("{} loads: {e}", text.display()))
 }
+
+/// Token ids of a golden JSON array.
+pub fn token_ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("a JSON array of ids")
+        .iter()
+        .map(|x| x.as_u64().expect("an unsigned id") as u32)
+        .collect()
+}
+
+/// Runs the one test `test` of this test binary again in a child process with `envs` set (a
+/// device option is read once per process, so each setting needs a process of its own) and
+/// returns what the child printed after `mark`: the JSON a child writes with `println!`. Fails
+/// with the child's output when it fails or prints no mark.
+pub fn rerun_self(test: &str, envs: &[(&str, &str)], mark: &str) -> String {
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    cmd.args(["--exact", test])
+        .args(["--nocapture", "--test-threads", "1"]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child {envs:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        // libtest's "test … " may precede the mark on its line.
+        .find_map(|l| l.split_once(mark).map(|(_, json)| json.to_string()))
+        .unwrap_or_else(|| panic!("nothing printed after {mark:?}:\n{stdout}"))
+}

@@ -3,7 +3,7 @@
 //! unanswerable questions, leaves the latter out of accuracy by default (or answers them text only
 //! when asked to), and shard files keep them.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

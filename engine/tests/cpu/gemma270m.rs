@@ -2,7 +2,7 @@
 //! its exactly dequantised weights (tests/reference/gemma270m_golden.py): argmax at every
 //! position, logits at sampled positions, a 32-token greedy continuation.
 
-mod common;
+use crate::common;
 
 use burn::tensor::Tensor;
 use rexvqa_engine::device;
@@ -10,15 +10,7 @@ use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::model::nn::read_f32;
 use rexvqa_engine::session::{LoadOptions, Model, Session, argmax};
 
-use common::layers::{self, Recorder};
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
+use crate::common::layers::{self, Recorder};
 
 #[test]
 fn gemma3_270m_on_cpu_matches_transformers() {
@@ -34,17 +26,21 @@ fn gemma3_270m_on_cpu_matches_transformers() {
     ))
     .unwrap();
     let hidden = model.decoder.cfg.hidden;
-    let subset = ids(&golden["subset_ids"]);
+    let subset = common::token_ids(&golden["subset_ids"]);
     let mut worst = 0f32;
     for (name, g) in golden["prompts"].as_object().unwrap() {
         let input = model
             .tokenizer
             .encode(g["text"].as_str().unwrap(), false, true);
-        assert_eq!(input, ids(&g["input_ids"]), "{name}: token ids");
+        assert_eq!(
+            input,
+            common::token_ids(&g["input_ids"]),
+            "{name}: token ids"
+        );
         let mut cache = model.decoder.new_cache();
         let h = model.prefill(&input, &[], &mut cache).unwrap();
         let t = input.len();
-        let want_argmax = ids(&g["argmax"]);
+        let want_argmax = common::token_ids(&g["argmax"]);
         // Logits in blocks of positions, so the [t, 262144] matrix is never whole in memory.
         let mut got_argmax = Vec::with_capacity(t);
         let mut rows = std::collections::HashMap::new();
@@ -81,7 +77,7 @@ fn gemma3_270m_on_cpu_matches_transformers() {
                 worst = worst.max((row[*id as usize] - l.as_f64().unwrap() as f32).abs());
             }
         }
-        let want_greedy = ids(&g["greedy"]);
+        let want_greedy = common::token_ids(&g["greedy"]);
         let mut s = Session::new(&model);
         let got = pollster::block_on(s.generate(&input, &[], 32, &mut |_, _| {})).unwrap();
         assert_eq!(got, want_greedy[..got.len()], "{name}: greedy continuation");
@@ -92,7 +88,7 @@ fn gemma3_270m_on_cpu_matches_transformers() {
         );
     }
     println!("gemma3 270m: max |Δlogit| vs transformers = {worst:.2e}");
-    // Measured 2.5e-4 (CPU, 2026-11-23): f32 summation order over 640–2048-term dot products.
+    // Measured 2.5e-4 (CPU): f32 summation order over 640–2048-term dot products.
     assert!(worst <= 2.5e-3, "max |Δlogit| {worst} > 2.5e-3");
 }
 
@@ -114,7 +110,7 @@ fn gemma3_270m_on_cpu_matches_transformers_layer_by_layer() {
     .unwrap();
     let mut errors = Vec::new();
     for (name, g) in golden["prompts"].as_object().unwrap() {
-        let input = ids(&g["input_ids"]);
+        let input = common::token_ids(&g["input_ids"]);
         let mut rec = Recorder::default();
         let mut cache = model.decoder.new_cache();
         model
@@ -131,6 +127,6 @@ fn gemma3_270m_on_cpu_matches_transformers_layer_by_layer() {
         );
     }
     // Worst stage measured 1.65e-5 of its scale (ffn_out of the middle layers, long prompt);
-    // l_out at most 1e-6 (CPU, 2026-11-23).
+    // l_out at most 1e-6 (CPU).
     layers::assert_within("gemma3 270m per layer", &errors, 2e-4);
 }

@@ -2,7 +2,7 @@
 //! (golden ids from tests/reference/tokenizer_golden.py) and against llama.cpp's tokeniser
 //! (tests/reference/tokenizer_llamacpp.py).
 
-mod common;
+use crate::common;
 
 use rexvqa_engine::gguf::{FileSource, Gguf};
 use rexvqa_engine::tokenizer::Tokenizer;

@@ -1,7 +1,7 @@
 //! CPU dequantisation against the PyPI `gguf` package, tensor by tensor, bit for bit
 //! (golden hashes from tests/reference/dequant_golden.py).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -4,9 +4,9 @@
 use rexvqa_engine::compare::{Comparison, compare, read_predictions};
 use serde_json::Value;
 
-const A: &str = include_str!("../../tests/fixtures/compare/a.json");
-const B: &str = include_str!("../../tests/fixtures/compare/b.json");
-const GOLDEN: &str = include_str!("../../tests/reference/golden/compare.json");
+const A: &str = include_str!("../../../tests/fixtures/compare/a.json");
+const B: &str = include_str!("../../../tests/fixtures/compare/b.json");
+const GOLDEN: &str = include_str!("../../../tests/reference/golden/compare.json");
 
 fn comparison() -> Comparison {
     let a = read_predictions("a.json", A, None).unwrap();

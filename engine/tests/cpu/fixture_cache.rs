@@ -1,7 +1,7 @@
 //! The shared fixture cache on a cold start: many writers at once, and a damaged file left by an
 //! earlier run. A fresh machine runs exactly this path; a warm cache never does.
 
-mod common;
+use crate::common;
 
 fn fresh_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("rexvqa-fixture-{tag}-{}", std::process::id()));

@@ -1,19 +1,11 @@
 //! The official prompt against transformers' chat template and Gemma3Processor
 //! (golden data from tests/reference/prompt_golden.py).
 
-mod common;
+use crate::common;
 
 use rexvqa_engine::gguf::{FileSource, Gguf};
 use rexvqa_engine::rexvqa::{Split, prompt};
 use rexvqa_engine::tokenizer::Tokenizer;
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
 
 #[test]
 fn rendered_strings_and_ids_equal_transformers() {
@@ -37,7 +29,7 @@ fn rendered_strings_and_ids_equal_transformers() {
         assert_eq!(rendered, want["rendered"].as_str().unwrap(), "{qid}");
         assert_eq!(
             prompt::tokenize_prompt(&tok, &rendered, 1).unwrap(),
-            ids(&want["input_ids"]),
+            common::token_ids(&want["input_ids"]),
             "{qid}"
         );
     }
@@ -46,14 +38,14 @@ fn rendered_strings_and_ids_equal_transformers() {
     assert_eq!(rendered, t["rendered"].as_str().unwrap());
     assert_eq!(
         prompt::tokenize_prompt(&tok, &rendered, 0).unwrap(),
-        ids(&t["input_ids"])
+        common::token_ids(&t["input_ids"])
     );
     let t = &golden["two_images"];
     let rendered = prompt::chat(None, "Compare the two views.", 2);
     assert_eq!(rendered, t["rendered"].as_str().unwrap());
     assert_eq!(
         prompt::tokenize_prompt(&tok, &rendered, 2).unwrap(),
-        ids(&t["input_ids"])
+        common::token_ids(&t["input_ids"])
     );
     assert!(prompt::tokenize_prompt(&tok, &rendered, 1).is_err());
 }

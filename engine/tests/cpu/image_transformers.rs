@@ -1,7 +1,7 @@
 //! Image decoding and Gemma 3 preprocessing against Pillow and transformers
 //! (golden data from tests/reference/image_golden.py).
 
-mod common;
+use crate::common;
 
 use rexvqa_engine::image::{Policy, decode, preprocess, resize_bilinear};
 use sha2::{Digest, Sha256};
