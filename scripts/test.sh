@@ -51,7 +51,9 @@ e2e_fixtures() {
     | split -d -b 120000 - "$dir/archive/deid_png.part" || return 1
   for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf tiny-q8_0-mmproj-224.gguf; do gzip -dc "tests/fixtures/models/$f.gz" > "$dir/$f" || return 1; done
   "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj-224.gguf" \
-    --split "$dir/rexvqa/metadata/test_vqa_data.json" --out "$dir/cli/pred.json"
+    --split "$dir/rexvqa/metadata/test_vqa_data.json" --out "$dir/cli/pred.json" || return 1
+  "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj-224.gguf" \
+    --split "$dir/rexvqa/metadata/test_vqa_data.json" --mode official --full-replies --out "$dir/cli/official.json"
 }
 export REXVQA_E2E="$ROOT/target/e2e"
 export REXVQA_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/rexvqa"

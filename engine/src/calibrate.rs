@@ -27,6 +27,10 @@ pub struct Projection {
     pub studies: usize,
     /// Projected seconds for the scope.
     pub total_s: f64,
+    /// Official mode: mean tokens generated per timed question, as the settings stop replies
+    /// (at the settled letter, or in full); 0 in fast mode.
+    #[serde(default)]
+    pub mean_tokens: f64,
 }
 
 impl Projection {
@@ -49,6 +53,8 @@ pub struct Timing {
     pub first_in_study: bool,
     /// Wall milliseconds.
     pub ms: f64,
+    /// Tokens generated (official mode).
+    pub tokens: usize,
 }
 
 /// Whole studies of `indices` (in evaluation order) drawn with `seed` until they hold at least
@@ -114,6 +120,7 @@ pub fn project(timings: &[Timing], questions: usize, studies: usize) -> Option<P
         questions,
         studies,
         total_s: (studies as f64 * per_study_ms + questions as f64 * per_question_ms) / 1000.0,
+        mean_tokens: timings.iter().map(|t| t.tokens as f64).sum::<f64>() / timings.len() as f64,
     })
 }
 
@@ -160,6 +167,7 @@ pub async fn run(
             timings.push(Timing {
                 first_in_study,
                 ms: a.ms,
+                tokens: a.tokens,
             });
             first_in_study = false;
         }
@@ -218,6 +226,7 @@ mod tests {
         let t = |first, ms| Timing {
             first_in_study: first,
             ms,
+            tokens: if first { 4 } else { 1 },
         };
         let timings = [
             t(true, 350.0),
@@ -230,6 +239,7 @@ mod tests {
         assert_eq!((p.per_study_ms, p.per_question_ms), (300.0, 50.0));
         assert_eq!(p.total_s, (10_000.0 * 300.0 + 40_000.0 * 50.0) / 1000.0);
         assert_eq!((p.timed, p.timed_studies), (5, 2));
+        assert_eq!(p.mean_tokens, 11.0 / 5.0);
         let q = p.for_counts(4, 1);
         assert_eq!((q.questions, q.studies, q.total_s), (4, 1, 0.5));
         // One question per study: the whole cost is the study's.

@@ -9,6 +9,7 @@ use crate::image::Policy;
 use crate::model::ModelError;
 use crate::rexvqa::{Letter, Record, prompt};
 use crate::session::{Mode, Session};
+use std::ops::ControlFlow;
 
 /// Tokens a free question may generate.
 pub const FREE_MAX_TOKENS: usize = 512;
@@ -161,7 +162,8 @@ pub async fn ask_free(
     )?;
     let out = session
         .generate(&ids, &feats, FREE_MAX_TOKENS, &mut |_, so_far| {
-            on_text(so_far)
+            on_text(so_far);
+            ControlFlow::Continue(())
         })
         .await?;
     Ok(model.tokenizer.decode(&out, true))

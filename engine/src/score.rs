@@ -42,6 +42,25 @@ pub fn extract_official(reply: &str) -> Option<Letter> {
         })
 }
 
+/// The official letter of a reply still being generated, once no later token can change it.
+///
+/// Text decoded from a reply's first tokens is the start of the whole reply's text except where
+/// the tokens end inside a multi-byte character, which decodes as U+FFFD until its last byte
+/// comes. A–D are single bytes, so a letter the rule finds before any U+FFFD is the letter it
+/// finds in every longer reply. A U+FFFD before it might still become a character whose
+/// uppercase starts with A–D (`ẚ` is `Aʾ`), so then the reply is not settled.
+pub fn official_letter_settled(reply_so_far: &str) -> Option<Letter> {
+    reply_so_far
+        .chars()
+        .take_while(|&c| c != char::REPLACEMENT_CHARACTER)
+        .flat_map(char::to_uppercase)
+        .find_map(|c| {
+            matches!(c, 'A'..='D')
+                .then(|| Letter::from_char(c))
+                .flatten()
+        })
+}
+
 static ROBUST: LazyLock<Vec<Regex>> = LazyLock::new(|| {
     [
         // "Answer: C", "the answer is (C)", "Option B", "choice: **D**"
@@ -287,6 +306,10 @@ pub enum MergeError {
 /// The leaderboard-file field that marks a question not asked (no usable image), with the reason.
 pub const UNANSWERABLE_KEY: &str = "unanswerable";
 
+/// The leaderboard-file field (`true`) that marks a `model_response` cut where its official
+/// letter was settled: the reply's start, with the prediction of the whole reply.
+pub const STOPPED_AT_LETTER_KEY: &str = "model_response_stopped_at_letter";
+
 /// The merge of several shard files.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Merged {
@@ -399,6 +422,58 @@ mod tests {
         assert_eq!(extract_official("xyz 123"), None);
         assert_eq!(extract_official(""), None);
         assert_eq!(extract_official("éèb"), Some(Letter::B));
+    }
+
+    #[test]
+    fn a_settled_letter_is_the_whole_replys_letter() {
+        // Replies built from pieces a tokenizer emits: ASCII, multi-byte characters (`ẚ`
+        // uppercases to `Aʾ`), stray continuation bytes; decoded at every byte boundary as the
+        // decoder does (lossy UTF-8).
+        let pieces: [&[u8]; 10] = [
+            b" ",
+            b"x",
+            b"b",
+            b"Q",
+            "é".as_bytes(),
+            "ẚ".as_bytes(),
+            "ß".as_bytes(),
+            b"\x80",
+            b"\xE1\xBA",
+            b"\n",
+        ];
+        let mut rng = crate::rng::SplitMix64::new(3);
+        let (mut settled, mut checked) = (0, 0);
+        for _ in 0..2000 {
+            let mut bytes = Vec::new();
+            for _ in 0..rng.below(12) {
+                bytes.extend_from_slice(pieces[rng.below(pieces.len() as u64) as usize]);
+            }
+            let whole = extract_official(&String::from_utf8_lossy(&bytes));
+            for cut in 0..=bytes.len() {
+                let so_far = String::from_utf8_lossy(&bytes[..cut]);
+                if let Some(l) = official_letter_settled(&so_far) {
+                    assert_eq!(Some(l), whole, "{bytes:?} cut at {cut}");
+                    settled += 1;
+                }
+                checked += 1;
+            }
+            // Without a torn character the rule settles on the whole reply's letter.
+            let text = String::from_utf8_lossy(&bytes);
+            if !text.contains(char::REPLACEMENT_CHARACTER) {
+                assert_eq!(official_letter_settled(&text), whole, "{text:?}");
+            }
+        }
+        assert!(
+            settled > checked / 10,
+            "{settled} of {checked} prefixes settled"
+        );
+        // A torn `ẚ` before a `b` does not settle on B: the whole reply reads A.
+        let torn = String::from_utf8_lossy(b"\xE1\xBAb");
+        assert_eq!(official_letter_settled(&torn), None);
+        assert_eq!(extract_official("ẚb"), Some(Letter::A));
+        assert_eq!(official_letter_settled("ẚb"), Some(Letter::A));
+        assert_eq!(official_letter_settled("  c. Pleural"), Some(Letter::C));
+        assert_eq!(official_letter_settled("xyz"), None);
     }
 
     #[test]

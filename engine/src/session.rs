@@ -3,6 +3,7 @@
 //! and of the KV state of the prompt prefix the study's questions share.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 
 use burn::tensor::{Device, Int, Tensor};
 
@@ -517,14 +518,15 @@ impl<'m> Session<'m> {
             .collect())
     }
 
-    /// Greedy decoding of at most `max_new` tokens, stopping at `<eos>` or `<end_of_turn>`;
-    /// `on_token` sees each token id and the text decoded so far. Returns the generated ids.
+    /// Greedy decoding of at most `max_new` tokens, stopping at `<eos>` or `<end_of_turn>`, or
+    /// where `on_token` (which sees each token id and the text decoded so far) breaks. Returns
+    /// the generated ids.
     pub async fn generate(
         &mut self,
         ids: &[u32],
         images: &[Tensor<2>],
         max_new: usize,
-        on_token: &mut dyn FnMut(u32, &str),
+        on_token: &mut dyn FnMut(u32, &str) -> ControlFlow<()>,
     ) -> Result<Vec<u32>, ModelError> {
         self.before_pass().await?;
         let (h, mut cache) = self.run(ids, images)?;
@@ -546,7 +548,7 @@ impl<'m> Session<'m> {
         h: Tensor<2>,
         cache: &mut KvCache,
         max_new: usize,
-        on_token: &mut dyn FnMut(u32, &str),
+        on_token: &mut dyn FnMut(u32, &str) -> ControlFlow<()>,
     ) -> Result<Vec<u32>, ModelError> {
         let stops = [ids::EOS, ids::END_OF_TURN, self.model.tokenizer.eos()];
         let decoder = &self.model.decoder;
@@ -568,8 +570,9 @@ impl<'m> Session<'m> {
                 break;
             }
             out.push(next);
-            on_token(next, &self.model.tokenizer.decode(&out, true));
-            if !more {
+            // A step already queued ahead is dropped unread, as at a stop token.
+            let flow = on_token(next, &self.model.tokenizer.decode(&out, true));
+            if !more || flow.is_break() {
                 break;
             }
             pending = match ahead {

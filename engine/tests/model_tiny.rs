@@ -4,17 +4,20 @@
 mod common;
 
 use burn::tensor::{Device, Tensor};
+use common::eval::{
+    MemJournal, NoClock, StopAfter, official_stopping_agrees, one_study, synthetic,
+};
 use common::layers::{self, Recorder, StageError};
 use rexvqa_engine::device;
 use rexvqa_engine::eval::Answer;
-use rexvqa_engine::eval::{self, Clock, ImageStore, Settings};
+use rexvqa_engine::eval::{self, Settings};
 use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::image::Policy;
 use rexvqa_engine::model::nn::read_f32;
 use rexvqa_engine::rexvqa::Record;
-use rexvqa_engine::rexvqa::synth::{SynthOptions, generate};
-use rexvqa_engine::rexvqa::{Letter, Split, prompt};
-use rexvqa_engine::session::{LoadOptions, Mode, Model, Session, record_prompt};
+use rexvqa_engine::rexvqa::{Letter, prompt};
+use rexvqa_engine::session::{LoadOptions, Model, Session, record_prompt};
+use std::ops::ControlFlow;
 
 struct Case {
     golden: serde_json::Value,
@@ -244,9 +247,13 @@ fn greedy(case: &Case, f: &Tensor<2>, tol: f32) {
     let g = &case.golden["greedy_official"];
     let want = common::token_ids(&g["ids"]);
     let mut s = Session::new(m);
-    let got =
-        pollster::block_on(s.generate(&input, std::slice::from_ref(f), want.len(), &mut |_, _| {}))
-            .unwrap();
+    let got = pollster::block_on(s.generate(
+        &input,
+        std::slice::from_ref(f),
+        want.len(),
+        &mut |_, _| ControlFlow::Continue(()),
+    ))
+    .unwrap();
     assert_eq!(got, want, "greedy continuation differs");
     let hidden = m.decoder.cfg.hidden;
     let mut cache = m.decoder.new_cache();
@@ -383,57 +390,6 @@ fn cache_survives_a_failed_prompt(case: &Case, f: &Tensor<2>, tol: f32) {
     println!("cached vs fresh after a failed prompt: max |Δlogit| = {worst:.2e}");
 }
 
-/// Synthetic split files held in memory.
-struct Mem(std::collections::HashMap<String, Vec<u8>>);
-
-impl ImageStore for Mem {
-    async fn read(&self, path: &str) -> Result<Vec<u8>, String> {
-        self.0
-            .get(path)
-            .cloned()
-            .ok_or_else(|| format!("{path}: not in the split"))
-    }
-}
-
-struct NoClock;
-
-impl Clock for NoClock {
-    fn now_ms(&self) -> f64 {
-        0.0
-    }
-}
-
-/// A synthetic split of one study with two questions, its images in memory, fast-mode settings.
-fn one_study() -> (Split, Mem, Settings) {
-    synthetic(1)
-}
-
-/// A synthetic split of `studies` studies of two questions each, images in memory, fast mode.
-fn synthetic(studies: usize) -> (Split, Mem, Settings) {
-    let opts = SynthOptions {
-        studies,
-        questions_per_study: 2,
-        seed: 3,
-        size_range: (64, 96),
-        split: "test".into(),
-    };
-    let mut files = std::collections::HashMap::new();
-    generate(&opts, |f| {
-        files.insert(f.path.clone(), f.bytes.clone());
-    });
-    let split =
-        Split::from_json(std::str::from_utf8(&files["metadata/test_vqa_data.json"]).unwrap())
-            .unwrap();
-    let settings = Settings {
-        mode: Mode::Fast,
-        policy: Policy::Scale,
-        all_images: false,
-        max_new_tokens: 8,
-        answer_without_image: false,
-    };
-    (split, Mem(files), settings)
-}
-
 fn max_abs_diff(p: &[f32], q: &[f32]) -> f32 {
     p.iter()
         .zip(q)
@@ -485,30 +441,6 @@ fn study_cache_carries_over(case: &Case) {
     let worst = max_abs_diff(&a.probs.unwrap(), &alone.probs.unwrap());
     // Measured 0 on the CPU (the same arithmetic per position); 1e-5 as for study batches.
     assert!(worst <= 1e-5, "cached vs fresh: max |Δprob| {worst}");
-}
-
-/// Answers kept in memory as a journal would keep them.
-struct MemJournal(Vec<String>);
-
-impl eval::run::Journal for MemJournal {
-    async fn append(&mut self, answers: &[Answer]) -> Result<(), String> {
-        self.0.extend(answers.iter().map(eval::journal_line));
-        Ok(())
-    }
-}
-
-/// Stops the run at the checkpoint after `after` answers.
-struct StopAfter(usize);
-
-impl eval::run::Observer for StopAfter {
-    fn progress(&mut self, _: &eval::run::RunProgress<'_>) {}
-    async fn checkpoint(&mut self, p: &eval::run::RunProgress<'_>) -> eval::run::Control {
-        if p.done.len() >= self.0 {
-            eval::run::Control::Stop
-        } else {
-            eval::run::Control::Go
-        }
-    }
 }
 
 /// The shared evaluation loop stopped between studies (a reload, a cancel) and resumed from its
@@ -636,6 +568,13 @@ fn tiny_q8_0_on_cpu_matches_transformers_on_the_dequantised_weights() {
     cache_survives_a_failed_prompt(&c, &f, BATCH_TOL);
     study_cache_carries_over(&c);
     run_stops_and_resumes(&c);
+    let (split, store, base) = synthetic(3);
+    let base = Settings {
+        max_new_tokens: eval::OFFICIAL_MAX_NEW_TOKENS,
+        ..base
+    };
+    let (_, stopped) = official_stopping_agrees(&c.model, &split, &store, &base);
+    assert!(stopped.stopped_at_letter > 0, "no reply stopped early");
 }
 
 #[test]
@@ -665,6 +604,12 @@ fn on_wgpu_matches_transformers(tag: &str, tol: f32) {
     if tag == "tiny-q8_0" {
         cache_survives_a_failed_prompt(&c, &f, BATCH_TOL);
         study_answers(&c);
+        let (split, store, base) = one_study();
+        let base = Settings {
+            max_new_tokens: eval::OFFICIAL_MAX_NEW_TOKENS,
+            ..base
+        };
+        official_stopping_agrees(&c.model, &split, &store, &base);
         layers::assert_within(
             &format!("{tag} per layer on wgpu"),
             &per_layer(&c, tag),

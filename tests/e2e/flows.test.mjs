@@ -33,8 +33,8 @@ async function reportNumbers(page) {
   };
 }
 
-function cliReport() {
-  const r = JSON.parse(readFileSync(join(FIX, 'cli', 'pred.json.report.json'), 'utf8'));
+function cliReport(file = 'pred.json') {
+  const r = JSON.parse(readFileSync(join(FIX, 'cli', `${file}.report.json`), 'utf8'));
   return { accuracy: Number((100 * r.official.overall.accuracy).toFixed(2)), n: r.official.overall.n, failed: r.official.failed_extractions };
 }
 
@@ -116,6 +116,31 @@ test('model, dataset, answer, evaluate, reload and resume — all in the browser
     assert.ok(mdText.includes(row), `browser report lacks ${row}`);
     assert.ok(cliMd.includes(row), `CLI report lacks ${row}`);
   }
+
+  // The split in official mode: replies stop at their settled letter unless asked for in full,
+  // and score as the CLI's full replies (`rexvqa eval --mode official --full-replies`) do.
+  await tab(page, 'eval');
+  await page.getByTestId('eval-mode').selectOption('official');
+  assert.equal(await page.getByTestId('eval-full-replies').isChecked(), false);
+  await page.getByTestId('eval-start').click();
+  const replies = page.getByTestId('report-replies');
+  await replies.waitFor({ timeout: SLOW * 2 });
+  mark('split evaluated in official mode');
+  const official = await reportNumbers(page);
+  console.log(`official: ${await replies.textContent()} ${JSON.stringify(official)}; CLI, full replies ${JSON.stringify(cliReport('official.json'))}`);
+  assert.deepEqual(official, cliReport('official.json'));
+  assert.match(await replies.textContent(), /^Replies: stopped at the official letter .*: [1-9] of 9 stopped, [\d.]+ tokens per question\.$/);
+  assert.match(await page.getByTestId('report-robust').textContent(), /robust extraction/);
+  await tab(page, 'eval');
+  const officialRun = (await page.getByTestId('run-row').filter({ hasText: 'stopped at letter' }).locator('td').first().textContent()).trim();
+  await page.getByTestId('eval-mode').selectOption('fast');
+  await tab(page, 'report');
+  await page.getByTestId('compare-a-run').selectOption(officialRun);
+  await page.getByTestId('compare-b-file').setInputFiles(join(FIX, 'cli', 'official.json'));
+  await page.getByTestId('compare-go').click();
+  await page.getByTestId('compare-summary').filter({ hasText: 'B: official.json' }).waitFor({ timeout: 30_000 });
+  assert.match(await page.getByTestId('compare-summary').textContent(), /— 9 questions in both; only in A: 0; only in B: 0;/);
+  assert.match(await page.getByTestId('compare-disagreements').locator('summary').textContent(), /^Answered differently \(0\)/);
 
   // A calibration run times whole studies (here all 3, 9 questions) and projects the split.
   await tab(page, 'eval');

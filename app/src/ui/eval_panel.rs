@@ -24,6 +24,7 @@ pub fn EvalPanel() -> impl IntoView {
     let policy = RwSignal::new(Policy::Scale);
     let all_images = RwSignal::new(false);
     let without_image = RwSignal::new(false);
+    let full_replies = RwSignal::new(false);
     Effect::new(move |_| {
         if let Some(d) = engine.dataset.get()
             && let Some(first) = d.splits.keys().next()
@@ -54,6 +55,7 @@ pub fn EvalPanel() -> impl IntoView {
             policy: policy.get_untracked(),
             all_images: all_images.get_untracked(),
             answer_without_image: without_image.get_untracked(),
+            stop_at_letter: !full_replies.get_untracked(),
             ..Settings::default()
         };
         Some((scope, settings))
@@ -122,6 +124,9 @@ pub fn EvalPanel() -> impl IntoView {
                     <option value="scale">"scale"</option><option value="minmax">"min–max"</option><option value="pillow-clamp">"pillow-clamp"</option>
                 </select></label>
                 <label><input type="checkbox" prop:checked=move || all_images.get() on:change=move |ev| all_images.set(event_target_checked(&ev)) />" all views (official: first image)"</label>
+                {move || (mode.get() == Mode::Official).then(|| view! {
+                    <label title="Without it each reply stops once its official letter is settled: the same predictions, far fewer tokens."><input type="checkbox" data-testid="eval-full-replies" prop:checked=move || full_replies.get() on:change=move |ev| full_replies.set(event_target_checked(&ev)) />" full replies (slower; needed for the robust extraction)"</label>
+                })}
                 <label><input type="checkbox" data-testid="eval-without-image" prop:checked=move || without_image.get() on:change=move |ev| without_image.set(event_target_checked(&ev)) />" answer questions without a usable image, text only (default: listed as unanswerable, left out of accuracy)"</label>
                 <button data-testid="eval-start" disabled=move || !ready() || running() || calibrating() on:click=start>"Start"</button>
                 <button class="secondary" data-testid="eval-calibrate" title="Time 20 questions on this device and project how long the run takes"
@@ -135,6 +140,9 @@ pub fn EvalPanel() -> impl IntoView {
                             "Measured on this device ({} questions from {} studies, after a warm-up): {:.0} ms per study (its image, once) + {:.0} ms per question.",
                             scope.timed, scope.timed_studies, scope.per_study_ms, scope.per_question_ms
                         )}</p>
+                        {(scope.mean_tokens > 0.0).then(|| view! { <p data-testid="calibration-tokens">{format!(
+                            "Official mode: {:.1} tokens generated a question, as the run will generate them.", scope.mean_tokens
+                        )}</p> })}
                         <p>"Projected: this scope ("<span data-testid="calibration-scope-n">{scope.questions}</span>" questions, "{scope.studies}" studies) "
                             <strong data-testid="calibration-scope-eta">{duration(scope.total_s)}</strong>
                             "; the whole split ("{split.questions}" questions, "{split.studies}" studies) "
@@ -175,7 +183,11 @@ pub fn EvalPanel() -> impl IntoView {
                                 <tr data-testid="run-row">
                                     <td class="mono">{r.run_id.clone()}</td>
                                     <td>{r.split.clone()}</td>
-                                    <td>{format!("{:?}, {}", r.settings.mode, r.settings.policy.name()).to_lowercase()}</td>
+                                    <td>{format!("{:?}, {}{}", r.settings.mode, r.settings.policy.name(), match (r.settings.mode, r.settings.stop_at_letter) {
+                                        (Mode::Official, true) => ", stopped at letter",
+                                        (Mode::Official, false) => ", full replies",
+                                        _ => "",
+                                    }).to_lowercase()}</td>
                                     <td>{format!("{} / {}{}", r.answered, r.total, if r.finished { " ✓" } else { "" })}</td>
                                     <td class="actions">
                                         {(!r.finished).then(|| view! { <button data-testid="run-resume" disabled=move || !ready() || running() on:click=move |_| engine.send(&Request::EvalResume { run_id: a.clone() })>"Resume"</button> })}

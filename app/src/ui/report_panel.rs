@@ -58,6 +58,9 @@ pub fn ReportPanel() -> impl IntoView {
                             "{} record(s) rejected by the split parser; {} question(s) unanswerable (no usable image; {})",
                             r.rejected_records.len(), r.unanswerable.len(), r.settings.without_image_policy()
                         )}</p>
+                        {r.settings.replies().map(|v| view! { <p class="hint" data-testid="report-replies">{format!(
+                            "Replies: {v}: {} of {} stopped, {:.1} tokens per question.", r.stopped_at_letter, r.answered, r.mean_tokens
+                        )}</p> })}
                         {[("Rejected records", r.rejected_records.clone(), "report-rejected"), ("Unanswerable questions", r.unanswerable.clone(), "report-unanswerable")]
                             .into_iter().filter(|(_, rows, _)| !rows.is_empty()).map(|(title, rows, id)| view! {
                                 <details data-testid=id>
@@ -84,7 +87,10 @@ pub fn ReportPanel() -> impl IntoView {
                             <thead><tr><th></th><th>"accuracy %"</th><th>"95% CI"</th><th>"n"</th><th>"failed extractions"</th></tr></thead>
                             <tbody>
                                 <tr><td>"this run (official extraction)"</td><td data-testid="report-accuracy">{pct(o.accuracy)}</td><td>{ci(&o)}</td><td data-testid="report-n">{o.n}</td><td data-testid="report-failed">{r.official.failed_extractions}</td></tr>
-                                <tr><td>"this run (robust extraction)"</td><td>{pct(rb.accuracy)}</td><td>{ci(&rb)}</td><td>{rb.n}</td><td>{r.robust.failed_extractions}</td></tr>
+                                {match r.robust_label() {
+                                    Ok(label) => view! { <tr data-testid="report-robust"><td>{label}</td><td>{pct(rb.accuracy)}</td><td>{ci(&rb)}</td><td>{rb.n}</td><td>{r.robust.failed_extractions}</td></tr> }.into_any(),
+                                    Err(why) => view! { <tr data-testid="report-robust"><td colspan="5">{why}</td></tr> }.into_any(),
+                                }}
                                 <tr><td>{refs["paper"]["label"].as_str().unwrap_or("paper").to_string()}</td><td>{refs["paper"]["overall"].as_f64().map(pct).unwrap_or_default()}</td><td></td><td></td><td></td></tr>
                                 <tr><td>{refs["leaderboard"]["label"].as_str().unwrap_or("leaderboard").to_string()}</td><td>{refs["leaderboard"]["overall"].as_f64().map(pct).unwrap_or_default()}</td><td></td><td></td><td></td></tr>
                             </tbody>

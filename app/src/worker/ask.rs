@@ -5,6 +5,7 @@
 use rexvqa_engine::eval::{self, Answer, Settings};
 use rexvqa_engine::rexvqa::{Letter, Record, prompt};
 use rexvqa_engine::session::{Model, Session};
+use std::ops::ControlFlow;
 use std::rc::Rc;
 
 use super::error::WorkerError;
@@ -166,7 +167,8 @@ pub async fn free(
     let mut stream = Stream::new(out, AskTarget::Free);
     let generated = session
         .generate(&ids, &feats, FREE_MAX_TOKENS, &mut |_, so_far| {
-            stream.text(so_far)
+            stream.text(so_far);
+            ControlFlow::Continue(())
         })
         .await
         .map_err(|e| e.to_string())?;
@@ -188,6 +190,7 @@ pub async fn free(
             missing_images: Vec::new(),
             unanswerable: None,
             ms: now_ms() - t0,
+            ..Answer::default()
         },
     });
     Ok(())

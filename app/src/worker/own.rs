@@ -140,6 +140,7 @@ pub async fn ask(
             missing_images: Vec::new(),
             unanswerable: None,
             ms: now_ms() - t0,
+            ..Answer::default()
         }
     } else {
         let settings = own::settings(mode, policy);

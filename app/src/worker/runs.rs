@@ -392,6 +392,8 @@ pub async fn merge(
         unanswerable: merged.unanswerable,
         official: rep.clone(),
         robust: rep,
+        stopped_at_letter: 0,
+        mean_tokens: 0.0,
         missing_images: 0,
         mean_ms: 0.0,
     };

@@ -5,6 +5,7 @@
 //! browser's memory is measured natively (`examples/pool_memory.rs`, `tests/pool_memory.rs`).
 
 use burn_cubecl::cubecl::dry_run::DryRun;
+use std::ops::ControlFlow;
 
 use crate::model::ModelError;
 use crate::session::{Model, Session};
@@ -78,7 +79,9 @@ pub async fn pool_phases(
         Session::new(model).score_many(&prompts, images).await?;
         after(format!("study: {questions} questions batched"), &mut out);
         if let Some((ids, _)) = prompts.first() {
-            session.generate(ids, images, 8, &mut |_, _| {}).await?;
+            session
+                .generate(ids, images, 8, &mut |_, _| ControlFlow::Continue(()))
+                .await?;
             after("study: 8 tokens generated".into(), &mut out);
         }
     }

@@ -10,6 +10,7 @@ use crate::rexvqa::Letter;
 use crate::rexvqa::synth::synthetic_xray;
 use crate::rng::SplitMix64;
 use crate::session::{Model, Session};
+use std::ops::ControlFlow;
 
 mod counts;
 mod kernels;
@@ -354,7 +355,7 @@ async fn studies(
             &question_ids(model, 0)?,
             std::slice::from_ref(&f),
             opts.official_max_tokens,
-            &mut |_, _| {},
+            &mut |_, _| ControlFlow::Continue(()),
         )
         .await?;
     r.official_questions_per_s = 1000.0 / (clock.now_ms() - t);

@@ -72,6 +72,7 @@ mod tests {
             missing_images: Vec::new(),
             unanswerable: None,
             ms: 1.0,
+            ..Answer::default()
         });
         let mut bytes = a.as_bytes().to_vec();
         assert_eq!(complete_len(&bytes), bytes.len());

@@ -3,6 +3,7 @@
 //! both produce the same numbers from the same code.
 
 use std::future::Future;
+use std::ops::ControlFlow;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,7 @@ pub mod journal;
 pub mod run;
 pub mod tally;
 
+pub use export::{REFERENCE_FIGURES, csv, leaderboard, markdown};
 pub use journal::{Resume, complete_len, journal_line, journal_lines, read_journal};
 
 /// Tokens the official mode may generate (ref: ReXrank MedGemma script, max_new_tokens=256).
@@ -38,6 +40,12 @@ pub struct Settings {
     /// as unanswerable and left out of accuracy).
     #[serde(default)]
     pub answer_without_image: bool,
+    /// Official mode: stop a reply's generation once its official letter is settled
+    /// ([`score::official_letter_settled`]), which no later token can change. The scores are
+    /// those of full replies; only the robust extraction, which reads the whole reply, is lost.
+    /// Off (full replies) where a reply is shown and in runs saved before it existed.
+    #[serde(default)]
+    pub stop_at_letter: bool,
 }
 
 impl Settings {
@@ -49,6 +57,20 @@ impl Settings {
             "left out of accuracy"
         }
     }
+
+    /// How official-mode replies are generated, in words (`None` in fast mode).
+    pub fn replies(&self) -> Option<String> {
+        (self.mode == Mode::Official).then(|| {
+            if self.stop_at_letter {
+                format!(
+                    "stopped at the official letter (then no later token can change it; else ≤ {} tokens)",
+                    self.max_new_tokens
+                )
+            } else {
+                format!("full (≤ {} tokens or end of turn)", self.max_new_tokens)
+            }
+        })
+    }
 }
 
 impl Default for Settings {
@@ -59,12 +81,13 @@ impl Default for Settings {
             all_images: false,
             max_new_tokens: OFFICIAL_MAX_NEW_TOKENS,
             answer_without_image: false,
+            stop_at_letter: false,
         }
     }
 }
 
 /// One answered question, as written to the journal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
     /// Question id.
     pub id: String,
@@ -72,8 +95,15 @@ pub struct Answer {
     pub prediction: Option<Letter>,
     /// The letter the robust extraction reads (official mode only).
     pub robust: Option<Letter>,
-    /// The model's reply (official mode) or the chosen letter (fast mode).
+    /// The model's reply as generated (official mode) or the chosen letter (fast mode).
     pub response: String,
+    /// Official mode: the reply was stopped at its settled letter ([`Settings::stop_at_letter`]),
+    /// so `response` is its start and `robust` is not read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_at_letter: bool,
+    /// Official mode: tokens generated.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens: usize,
     /// Option probabilities A.. (fast mode).
     pub probs: Option<Vec<f32>>,
     /// Images that could not be used (no path, a refused path, a missing or undecodable file).
@@ -156,12 +186,25 @@ pub async fn answer(
             fill_scores(&mut a, sc);
         }
         Mode::Official => {
+            let mut stopped = false;
             let out = session
-                .generate(&ids, &feats, s.max_new_tokens, &mut |_, text| on_text(text))
+                .generate(&ids, &feats, s.max_new_tokens, &mut |_, text| {
+                    on_text(text);
+                    stopped = s.stop_at_letter && score::official_letter_settled(text).is_some();
+                    if stopped {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
                 .await?;
             let text = session.model().tokenizer.decode(&out, true);
             a.prediction = score::extract(&text, Extraction::Official);
-            a.robust = score::extract(&text, Extraction::Robust);
+            a.robust = (!stopped)
+                .then(|| score::extract(&text, Extraction::Robust))
+                .flatten();
+            a.stopped_at_letter = stopped;
+            a.tokens = out.len();
             a.response = text;
         }
     }
@@ -255,14 +298,13 @@ fn letters_of(r: &Record) -> Vec<Letter> {
 fn unanswered(r: &Record, missing_images: Vec<String>) -> Answer {
     Answer {
         id: r.id.clone(),
-        prediction: None,
-        robust: None,
-        response: String::new(),
-        probs: None,
         missing_images,
-        unanswerable: None,
-        ms: 0.0,
+        ..Answer::default()
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn fill_scores(a: &mut Answer, sc: OptionScores) {
@@ -331,8 +373,15 @@ pub struct EvalReport {
     pub unanswerable: Vec<Rejected>,
     /// Scores with the official extraction (fast mode: the best option).
     pub official: Report,
-    /// Scores with the robust extraction.
+    /// Scores with the robust extraction, over the full replies only (those not stopped at their
+    /// letter).
     pub robust: Report,
+    /// Official mode: replies stopped at their settled letter (`robust` leaves them out).
+    #[serde(default)]
+    pub stopped_at_letter: usize,
+    /// Official mode: mean tokens generated per answered question.
+    #[serde(default)]
+    pub mean_tokens: f64,
     /// Questions answered with at least one image missing (or, with `answer_without_image`,
     /// with none).
     pub missing_images: usize,
@@ -352,6 +401,7 @@ pub fn report(
     let preds = |robust: bool| -> Vec<Prediction> {
         asked
             .iter()
+            .filter(|a| !(robust && a.stopped_at_letter))
             .filter_map(|a| {
                 let r = split.get(&a.id)?;
                 Some(Prediction::new(
@@ -375,15 +425,23 @@ pub fn report(
             .collect(),
         official: score::report(&preds(false)),
         robust: score::report(&preds(true)),
+        stopped_at_letter: asked.iter().filter(|a| a.stopped_at_letter).count(),
+        mean_tokens: mean(asked.iter().map(|a| a.tokens as f64)),
         missing_images: asked
             .iter()
             .filter(|a| !a.missing_images.is_empty())
             .count(),
-        mean_ms: if asked.is_empty() {
-            0.0
-        } else {
-            asked.iter().map(|a| a.ms).sum::<f64>() / asked.len() as f64
-        },
+        mean_ms: mean(asked.iter().map(|a| a.ms)),
+    }
+}
+
+/// The mean of `xs`, 0 for none.
+fn mean(xs: impl ExactSizeIterator<Item = f64>) -> f64 {
+    let n = xs.len();
+    if n == 0 {
+        0.0
+    } else {
+        xs.sum::<f64>() / n as f64
     }
 }
 
@@ -399,168 +457,20 @@ impl EvalReport {
             self.settings.without_image_policy()
         )
     }
-}
 
-/// Leaderboard-format predictions (`{qid: record + model_prediction + model_response}`).
-pub fn leaderboard(
-    split: &Split,
-    answers: &[Answer],
-) -> serde_json::Map<String, serde_json::Value> {
-    let rows: Vec<(String, Option<Letter>, String)> = answers
-        .iter()
-        .map(|a| (a.id.clone(), a.prediction, a.response.clone()))
-        .collect();
-    let mut out = score::leaderboard(split, &rows);
-    // Kept in the file (so that merged shards still name them), marked so no score counts them.
-    for a in answers {
-        if let (Some(reason), Some(serde_json::Value::Object(o))) =
-            (&a.unanswerable, out.get_mut(&a.id))
-        {
-            o.insert(score::UNANSWERABLE_KEY.into(), reason.clone().into());
+    /// The robust extraction's row label, or why it has none: it reads whole replies, and
+    /// replies stopped at their letter are not whole.
+    pub fn robust_label(&self) -> Result<String, String> {
+        let full = self.answered - self.stopped_at_letter.min(self.answered);
+        if self.stopped_at_letter == 0 {
+            Ok("this run (robust extraction)".into())
+        } else if full == 0 {
+            Err("robust extraction: not computed, every reply stopped at its official letter (full replies compute it)".into())
+        } else {
+            Ok(format!(
+                "this run (robust extraction, the {full} full replies only; {} stopped at the letter)",
+                self.stopped_at_letter
+            ))
         }
     }
-    out
-}
-
-/// Published figures to compare with (public/reference_figures.json).
-pub const REFERENCE_FIGURES: &str = include_str!("../../../public/reference_figures.json");
-
-fn pct(x: f64) -> String {
-    format!("{:.2}", 100.0 * x)
-}
-
-/// The report as Markdown: settings, overall / per task / per category tables with 95% Wilson
-/// intervals, side by side with the paper's and the leaderboard's MedGemma figures.
-pub fn markdown(r: &EvalReport, run_info: &[(&str, String)]) -> String {
-    let refs: serde_json::Value = serde_json::from_str(REFERENCE_FIGURES).unwrap_or_default();
-    let mut md = String::from(
-        "# ReXVQA evaluation (rexvqa-web)\n\n## Run\n\n| setting | value |\n|---|---|\n",
-    );
-    let s = &r.settings;
-    for (k, v) in [
-        ("mode", format!("{:?}", s.mode).to_lowercase()),
-        ("16-bit policy", s.policy.name().to_string()),
-        (
-            "images",
-            if s.all_images {
-                "all views".into()
-            } else {
-                "first image (official)".into()
-            },
-        ),
-        ("answered", format!("{} of {}", r.answered, r.in_scope)),
-        (
-            "records rejected by the split parser",
-            r.rejected_records.len().to_string(),
-        ),
-        (
-            "questions unanswerable (no usable image)",
-            format!("{} ({})", r.unanswerable.len(), s.without_image_policy()),
-        ),
-        (
-            "questions with a missing image",
-            r.missing_images.to_string(),
-        ),
-        ("mean time per question", format!("{:.0} ms", r.mean_ms)),
-    ] {
-        md.push_str(&format!("| {k} | {v} |\n"));
-    }
-    for (k, v) in run_info {
-        md.push_str(&format!("| {k} | {v} |\n"));
-    }
-    let o = &r.official.overall;
-    md.push_str(&format!(
-        "\n## Overall\n\n| | accuracy % | 95% CI | n | failed extractions |\n|---|---|---|---|---|\n| this run (official extraction) | {} | {}–{} | {} | {} |\n",
-        pct(o.accuracy), pct(o.ci_low), pct(o.ci_high), o.n, r.official.failed_extractions
-    ));
-    let rb = &r.robust.overall;
-    md.push_str(&format!(
-        "| this run (robust extraction) | {} | {}–{} | {} | {} |\n",
-        pct(rb.accuracy),
-        pct(rb.ci_low),
-        pct(rb.ci_high),
-        rb.n,
-        r.robust.failed_extractions
-    ));
-    for key in ["paper", "leaderboard"] {
-        if let Some(x) = refs[key]["overall"].as_f64() {
-            md.push_str(&format!(
-                "| {} | {} | | | |\n",
-                refs[key]["label"].as_str().unwrap_or(key),
-                pct(x)
-            ));
-        }
-    }
-    md.push_str("\n## Per task\n\n| task | accuracy % | 95% CI | n | paper % | leaderboard % |\n|---|---|---|---|---|---|\n");
-    for (task, c) in &r.official.per_task {
-        let fig = |k: &str| refs[k]["tasks"][task].as_f64().map(pct).unwrap_or_default();
-        md.push_str(&format!(
-            "| {task} | {} | {}–{} | {} | {} | {} |\n",
-            pct(c.accuracy),
-            pct(c.ci_low),
-            pct(c.ci_high),
-            c.n,
-            fig("paper"),
-            fig("leaderboard")
-        ));
-    }
-    for (title, rows) in [
-        ("Records rejected by the split parser", &r.rejected_records),
-        ("Unanswerable questions", &r.unanswerable),
-    ] {
-        if !rows.is_empty() {
-            md.push_str(&format!("\n## {title}\n\n| id | reason |\n|---|---|\n"));
-            for x in rows {
-                md.push_str(&format!(
-                    "| {} | {} |\n",
-                    x.id,
-                    x.reason.replace('|', "\\|")
-                ));
-            }
-        }
-    }
-    md.push_str("\n## Per category\n\n| category | accuracy % | 95% CI | n |\n|---|---|---|---|\n");
-    for (cat, c) in &r.official.per_category {
-        md.push_str(&format!(
-            "| {} | {} | {}–{} | {} |\n",
-            if cat.is_empty() { "(none)" } else { cat },
-            pct(c.accuracy),
-            pct(c.ci_low),
-            pct(c.ci_high),
-            c.n
-        ));
-    }
-    md
-}
-
-/// CSV of answers: id, task, category, truth, prediction, robust, correct, probabilities, ms.
-pub fn csv(split: &Split, answers: &[Answer]) -> String {
-    let mut out = String::from(
-        "id,task,category,correct_answer,prediction,robust_prediction,is_correct,p_a,p_b,p_c,p_d,ms\n",
-    );
-    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-    let l = |x: Option<Letter>| x.map(|l| l.to_string()).unwrap_or_default();
-    for a in answers {
-        let Some(r) = split.get(&a.id) else { continue };
-        let p = a.probs.clone().unwrap_or_default();
-        let pf = |i: usize| p.get(i).map(|v| format!("{v:.6}")).unwrap_or_default();
-        out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{:.1}\n",
-            q(&a.id),
-            q(r.task.name()),
-            q(&r.category),
-            l(r.correct),
-            l(a.prediction),
-            l(a.robust),
-            r.correct
-                .map(|c| (Some(c) == a.prediction).to_string())
-                .unwrap_or_default(),
-            pf(0),
-            pf(1),
-            pf(2),
-            pf(3),
-            a.ms
-        ));
-    }
-    out
 }

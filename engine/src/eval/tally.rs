@@ -69,6 +69,7 @@ mod tests {
             missing_images: Vec::new(),
             unanswerable: None,
             ms: 0.0,
+            ..Answer::default()
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+pub mod eval;
 pub mod layers;
 
 /// The repository root.

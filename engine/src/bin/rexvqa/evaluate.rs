@@ -48,6 +48,11 @@ pub struct EvalArgs {
     /// Predictions file (leaderboard JSON); the report goes to OUT.report.json / .md / .csv.
     #[arg(long)]
     pub out: PathBuf,
+    /// Official mode: generate every reply in full (≤ 256 tokens or end of turn) instead of
+    /// stopping once its official letter is settled. The same predictions, slower; only full
+    /// replies give the robust extraction.
+    #[arg(long)]
+    pub full_replies: bool,
 }
 
 #[derive(Args)]
@@ -66,6 +71,11 @@ pub struct CalibrateArgs {
     /// that is not on this machine (the GPU kit projects the whole public test this way).
     #[arg(long, value_parser = parse_counts)]
     pub project: Vec<(usize, usize)>,
+    /// Official mode: generate every reply in full (≤ 256 tokens or end of turn) instead of
+    /// stopping once its official letter is settled. The same predictions, slower; only full
+    /// replies give the robust extraction.
+    #[arg(long)]
+    pub full_replies: bool,
 }
 
 /// `rexvqa answer`: one question, answered and printed as JSON.
@@ -109,6 +119,7 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
         seed,
         shard,
         out,
+        full_replies,
     } = args;
     let scope = match (limit, stratified, shard) {
         (Some(n), _, _) => Scope::First(n),
@@ -117,7 +128,7 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
         _ => Scope::All,
     };
     let (split, folder) = open_split(&d)?;
-    let s = settings(&d);
+    let s = scoring_settings(&d, full_replies);
     let journal_path = with_ext(&out, ".journal.jsonl");
     let saved = match std::fs::read(&journal_path) {
         Ok(b) => b,
@@ -190,7 +201,8 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
         "{}",
         serde_json::json!({"answered": report.answered, "in_scope": in_scope,
             "rejected_records": report.rejected_records.len(), "unanswerable": report.unanswerable.len(),
-            "accuracy": o.accuracy,
+            "accuracy": o.accuracy, "replies": report.settings.replies(),
+            "stopped_at_letter": report.stopped_at_letter, "mean_tokens": report.mean_tokens,
             "ci": [o.ci_low, o.ci_high], "failed_extractions": report.official.failed_extractions})
     );
     Ok(())
@@ -204,6 +216,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         questions,
         seed,
         project,
+        full_replies,
     } = args;
     let (split, folder) = open_split(&d)?;
     let model = load_model(&m)?;
@@ -212,7 +225,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         &model,
         &split,
         &all,
-        &settings(&d),
+        &scoring_settings(&d, full_replies),
         &folder,
         &Wall(Instant::now()),
         questions,
@@ -236,6 +249,14 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
     );
     Ok(())
+}
+
+/// How `eval` and `calibrate` ask: replies stop at their settled letter unless `full_replies`.
+fn scoring_settings(d: &DataArgs, full_replies: bool) -> eval::Settings {
+    eval::Settings {
+        stop_at_letter: !full_replies,
+        ..settings(d)
+    }
 }
 
 /// The CLI's journal: a JSON-lines file, flushed after each group.
