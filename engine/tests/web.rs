@@ -99,6 +99,8 @@ mod model_in_browser {
 
     const TEXT: &[u8] = include_bytes!("../../tests/fixtures/models/tiny-q8_0.gguf.gz");
     const MMPROJ: &[u8] = include_bytes!("../../tests/fixtures/models/tiny-q8_0-mmproj.gguf.gz");
+    const MMPROJ_224: &[u8] =
+        include_bytes!("../../tests/fixtures/models/tiny-q8_0-mmproj-224.gguf.gz");
     const GOLDEN: &[u8] = include_bytes!("../../tests/reference/golden/tiny_tiny-q8_0.json.gz");
     const IMAGE: &[u8] = include_bytes!("../../tests/fixtures/images/tiny_ref_0.png");
 
@@ -121,16 +123,16 @@ mod model_in_browser {
     #[wasm_bindgen_test]
     async fn every_quant_kernel_matches_the_cpu_reference_on_webgpu() {
         let dev = device::wgpu_async().await.expect("WebGPU adapter");
-        let mut kernels = Kernel::available(&dev);
-        kernels.push(Kernel::Auto);
-        // SwiftShader has no shader-f16; a browser on a GPU that has it runs both forms.
-        let mut halves = Half::available(&dev);
-        halves.push(Half::Auto);
+        let kernels = Kernel::available(&dev);
+        // SwiftShader has no shader-f16; a browser on a GPU that has it runs both forms. The
+        // automatic choices only pick among these forms: they run once, together, not crossed
+        // with each (which ran every kernel twice).
         for &kernel in &kernels {
-            for &half in &halves {
+            for half in Half::available(&dev) {
                 check_cases(&dev, kernel, half).await;
             }
         }
+        check_cases(&dev, Kernel::Auto, Half::Auto).await;
         // The tiled kernel's other form: a GPU's 16 × 16 invocations where a software adapter
         // takes 8 × 8, or the other way round.
         let other = if device::adapter(&dev).is_some_and(|a| a.software) {
@@ -348,13 +350,25 @@ mod model_in_browser {
         let before = rexvqa_engine::destroying_device::counts();
         device::release_free_memory(&gpu).unwrap();
         // Dispatch counting works in the browser (the Benchmark card's figures), and its dry
-        // run counts what the same passes issue when they run.
-        let real = rexvqa_engine::bench::count_passes_now(&on_gpu, 2)
+        // run counts what the same passes issue when they run. The pair with the 224-px mmproj
+        // issues the same kinds of passes, its image encode over 1/16 of the 896-px one's
+        // patches.
+        let small_mmproj = SliceSource(gunzip(MMPROJ_224));
+        let small = Model::load(
+            &text,
+            Some(&small_mmproj),
+            &gpu,
+            &LoadOptions::default(),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+        let real = rexvqa_engine::bench::count_passes_now(&small, 2)
             .await
             .unwrap();
-        let dry = rexvqa_engine::bench::count_passes(&on_gpu, 2)
-            .await
-            .unwrap();
+        let dry = rexvqa_engine::bench::count_passes(&small, 2).await.unwrap();
+        assert!(real.image.as_ref().is_some_and(|c| c.dispatches > 0));
+        drop(small);
         let after = rexvqa_engine::destroying_device::counts();
         assert!(
             after.created > 0 && after.destroyed > before.destroyed,

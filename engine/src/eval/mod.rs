@@ -186,11 +186,16 @@ pub async fn answer(
             fill_scores(&mut a, sc);
         }
         Mode::Official => {
-            let mut stopped = false;
+            // Stopped only where that cuts the reply short: a letter settled by the last token
+            // allowed ends a full reply.
+            let (mut stopped, mut n) = (false, 0);
             let out = session
                 .generate(&ids, &feats, s.max_new_tokens, &mut |_, text| {
                     on_text(text);
-                    stopped = s.stop_at_letter && score::official_letter_settled(text).is_some();
+                    n += 1;
+                    stopped = s.stop_at_letter
+                        && n < s.max_new_tokens
+                        && score::official_letter_settled(text).is_some();
                     if stopped {
                         ControlFlow::Break(())
                     } else {

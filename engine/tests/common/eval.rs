@@ -159,8 +159,12 @@ pub fn official_stopping_agrees(
     assert_eq!(c.shared, n);
     assert!(c.disagreements.is_empty(), "{:?}", c.disagreements);
     println!(
-        "official, {n} questions: {:.1} tokens a question in full, {:.1} stopped at the letter ({} of {n} replies stopped)",
-        rf.mean_tokens, rs.mean_tokens, rs.stopped_at_letter
+        "official, {n} questions: {:.1} tokens a question in full, {:.1} stopped at the letter ({} of {n} replies stopped: {:?} tokens; {} failed extractions)",
+        rf.mean_tokens,
+        rs.mean_tokens,
+        rs.stopped_at_letter,
+        stopped.iter().map(|a| a.tokens).collect::<Vec<_>>(),
+        rs.official.failed_extractions
     );
     (rf, rs)
 }
