@@ -118,6 +118,15 @@ pub fn tiny_pair(golden: &serde_json::Value) -> (PathBuf, PathBuf) {
     )
 }
 
+/// The tiny pair's mmproj at 224 px (`tests/reference/small_image_mmproj.py`): the same tower
+/// over 1/16 of the patches, for tests that need an image pass but not its 896-px geometry.
+pub fn tiny_mmproj_224() -> PathBuf {
+    model_fixture(
+        "tiny-q8_0-mmproj-224.gguf",
+        "c5d9eb360b890cb4827007caea6812d83976387d826dc6eef0607e8af6870d68",
+    )
+}
+
 /// The model of the GGUF `text` (with the mmproj `mmproj`, if given) on `device`, loaded with
 /// the default options.
 pub fn load_model(
