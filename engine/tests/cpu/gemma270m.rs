@@ -135,7 +135,7 @@ fn gemma3_270m_on_cpu_matches_transformers_layer_by_layer() {
     layers::assert_within("gemma3 270m per layer", &errors, 2e-4);
 }
 
-/// The official protocol on real weights, replies stopped at their letter and in full (48
+/// The official protocol on real weights, replies stopped at their letter and in full (24
 /// tokens): the same predictions for every question of a synthetic split. Gemma 3 270M has no vision tower, so the
 /// questions are answered text only (the setting that allows it), which keeps the prompt's
 /// wording and the real vocabulary's letters.
@@ -152,10 +152,10 @@ fn gemma3_270m_official_replies_stopped_at_the_letter_score_as_full_ones() {
     .unwrap();
     let (split, store, base) = common::eval::synthetic(3);
     // Its replies settle on their letter within two tokens and then run on without an end of
-    // turn: 48 tokens keep the full runs to a sixth of 256's time (~90 s on 2 cores).
+    // turn: 24 tokens keep the full runs to a tenth of 256's time.
     let base = Settings {
         answer_without_image: true,
-        max_new_tokens: 48,
+        max_new_tokens: 24,
         ..base
     };
     let (full, _) = common::eval::official_stopping_agrees(&model, &split, &store, &base);
