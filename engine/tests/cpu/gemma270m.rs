@@ -8,25 +8,15 @@ use std::ops::ControlFlow;
 use burn::tensor::Tensor;
 use rexvqa_engine::device;
 use rexvqa_engine::eval::Settings;
-use rexvqa_engine::gguf::FileSource;
 use rexvqa_engine::model::nn::read_f32;
-use rexvqa_engine::session::{LoadOptions, Model, Session, argmax};
+use rexvqa_engine::session::{Session, argmax};
 
 use crate::common::layers::{self, Recorder};
 
 #[test]
 fn gemma3_270m_on_cpu_matches_transformers() {
     let golden = common::golden_json_gz("gemma270m.json.gz");
-    let src = FileSource::open(common::gemma270m()).unwrap();
-    let dev = device::cpu();
-    let model = pollster::block_on(Model::load(
-        &src,
-        None::<&FileSource>,
-        &dev,
-        &LoadOptions::default(),
-        &mut |_| {},
-    ))
-    .unwrap();
+    let model = common::load_model(&common::gemma270m(), None, &device::cpu());
     let hidden = model.decoder.cfg.hidden;
     let subset = common::token_ids(&golden["subset_ids"]);
     let mut worst = 0f32;
@@ -103,15 +93,7 @@ fn gemma3_270m_on_cpu_matches_transformers() {
 #[test]
 fn gemma3_270m_on_cpu_matches_transformers_layer_by_layer() {
     let golden = common::golden_json_gz("gemma270m_hidden.json.gz");
-    let src = FileSource::open(common::gemma270m()).unwrap();
-    let model = pollster::block_on(Model::load(
-        &src,
-        None::<&FileSource>,
-        &device::cpu(),
-        &LoadOptions::default(),
-        &mut |_| {},
-    ))
-    .unwrap();
+    let model = common::load_model(&common::gemma270m(), None, &device::cpu());
     let mut errors = Vec::new();
     for (name, g) in golden["prompts"].as_object().unwrap() {
         let input = common::token_ids(&g["input_ids"]);
@@ -141,15 +123,7 @@ fn gemma3_270m_on_cpu_matches_transformers_layer_by_layer() {
 /// wording and the real vocabulary's letters.
 #[test]
 fn gemma3_270m_official_replies_stopped_at_the_letter_score_as_full_ones() {
-    let src = FileSource::open(common::gemma270m()).unwrap();
-    let model = pollster::block_on(Model::load(
-        &src,
-        None::<&FileSource>,
-        &device::cpu(),
-        &LoadOptions::default(),
-        &mut |_| {},
-    ))
-    .unwrap();
+    let model = common::load_model(&common::gemma270m(), None, &device::cpu());
     let (split, store, base) = common::eval::synthetic(3);
     // Its replies settle on their letter within two tokens and then run on without an end of
     // turn: 24 tokens keep the full runs to a tenth of 256's time.
