@@ -295,6 +295,8 @@ fn the_selftest_passes_on_the_cpu_at_other_head_widths() {
     };
     let tiny = Plan::from_headers(&h).unwrap();
     assert!(tiny.vision_head_dims.is_empty(), "{tiny:?}");
+    // Its q, k and v are all Q8_0, joined into one matrix: no stacked product to check.
+    assert_eq!(tiny.stacked, None);
     for d in [tiny.text_head_dims[0], 72, 160] {
         let plan = Plan {
             text_head_dims: vec![d],
@@ -303,6 +305,33 @@ fn the_selftest_passes_on_the_cpu_at_other_head_widths() {
         let r = run(&device::cpu(), &plan);
         assert!(r.all_passed(), "head width {d}: {:?}", failed(&r));
     }
+}
+
+/// A Q4_K_M model gives some layers' v Q6_K beside a Q4_K q+k: its plan checks the stacked
+/// product with that pair, which the tiny Q8_0 pair's plan leaves out.
+#[test]
+fn the_plan_checks_the_stacked_product_a_model_runs() {
+    let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
+    let text = gunzip("../tests/fixtures/models/tinyk-q4_k_m.gguf.gz");
+    let h = PairHeaders {
+        text: Gguf::read(&mut SliceSource(text)).unwrap(),
+        mmproj: None,
+    };
+    let plan = Plan::from_headers(&h).unwrap();
+    assert_eq!(plan.stacked, Some([GgmlType::Q4_K, GgmlType::Q6_K]));
+    // The CPU has no kernel forms to check: the products' fusions are checked on lavapipe.
+    let dev = gpu();
+    let r = run(&dev, &plan);
+    assert!(r.all_passed(), "{:?}", failed(&r));
+    let names: Vec<&str> = r.checks.iter().map(|c| c.name.as_str()).collect();
+    assert!(names.iter().any(|n| n.starts_with("stacked.")), "{names:?}");
+    let without = Plan {
+        stacked: None,
+        ..plan
+    };
+    let r = run(&dev, &without);
+    assert!(r.all_passed(), "{:?}", failed(&r));
+    assert!(!r.checks.iter().any(|c| c.name.starts_with("stacked.")));
 }
 
 fn cli(args: &[&str]) -> std::process::Output {
