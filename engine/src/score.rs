@@ -31,15 +31,16 @@ pub fn extract(reply: &str, rule: Extraction) -> Option<Letter> {
 
 /// The official rule.
 pub fn extract_official(reply: &str) -> Option<Letter> {
-    reply
-        .trim()
-        .chars()
-        .flat_map(char::to_uppercase)
-        .find_map(|c| {
-            matches!(c, 'A'..='D')
-                .then(|| Letter::from_char(c))
-                .flatten()
-        })
+    first_a_to_d(reply.trim().chars())
+}
+
+/// The official rule's scan: the first of `chars`, uppercased, that is A–D.
+fn first_a_to_d(chars: impl Iterator<Item = char>) -> Option<Letter> {
+    chars.flat_map(char::to_uppercase).find_map(|c| {
+        matches!(c, 'A'..='D')
+            .then(|| Letter::from_char(c))
+            .flatten()
+    })
 }
 
 /// The official letter of a reply still being generated, once no later token can change it.
@@ -50,15 +51,11 @@ pub fn extract_official(reply: &str) -> Option<Letter> {
 /// finds in every longer reply. A U+FFFD before it might still become a character whose
 /// uppercase starts with A–D (`ẚ` is `Aʾ`), so then the reply is not settled.
 pub fn official_letter_settled(reply_so_far: &str) -> Option<Letter> {
-    reply_so_far
-        .chars()
-        .take_while(|&c| c != char::REPLACEMENT_CHARACTER)
-        .flat_map(char::to_uppercase)
-        .find_map(|c| {
-            matches!(c, 'A'..='D')
-                .then(|| Letter::from_char(c))
-                .flatten()
-        })
+    first_a_to_d(
+        reply_so_far
+            .chars()
+            .take_while(|&c| c != char::REPLACEMENT_CHARACTER),
+    )
 }
 
 static ROBUST: LazyLock<Vec<Regex>> = LazyLock::new(|| {

@@ -283,17 +283,22 @@ fn the_plan_of_a_model_pair_lists_its_matrix_types_and_head_widths() {
     assert_eq!(plan.vision_head_dims.len(), 1, "{plan:?}");
 }
 
+/// The plan of the text model `tests/fixtures/models/NAME.gguf.gz` alone, from its headers.
+fn text_plan(name: &str) -> Plan {
+    let text = gunzip(&format!("../tests/fixtures/models/{name}.gguf.gz"));
+    let h = PairHeaders {
+        text: Gguf::read(&mut SliceSource(text)).unwrap(),
+        mmproj: None,
+    };
+    Plan::from_headers(&h).unwrap()
+}
+
 /// The tiny forward takes the model's decoder head width, so it must build at any width a
 /// model may have (its attention output rows whole 256-blocks): the tiny pair's, 72 and 160.
 #[test]
 fn the_selftest_passes_on_the_cpu_at_other_head_widths() {
     let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
-    let text = gunzip("../tests/fixtures/models/tiny-q8_0.gguf.gz");
-    let h = PairHeaders {
-        text: Gguf::read(&mut SliceSource(text)).unwrap(),
-        mmproj: None,
-    };
-    let tiny = Plan::from_headers(&h).unwrap();
+    let tiny = text_plan("tiny-q8_0");
     assert!(tiny.vision_head_dims.is_empty(), "{tiny:?}");
     // Its q, k and v are all Q8_0, joined into one matrix: no stacked product to check.
     assert_eq!(tiny.stacked, None);
@@ -312,12 +317,7 @@ fn the_selftest_passes_on_the_cpu_at_other_head_widths() {
 #[test]
 fn the_plan_checks_the_stacked_product_a_model_runs() {
     let _g = FORMS.lock().unwrap_or_else(|p| p.into_inner());
-    let text = gunzip("../tests/fixtures/models/tinyk-q4_k_m.gguf.gz");
-    let h = PairHeaders {
-        text: Gguf::read(&mut SliceSource(text)).unwrap(),
-        mmproj: None,
-    };
-    let plan = Plan::from_headers(&h).unwrap();
+    let plan = text_plan("tinyk-q4_k_m");
     assert_eq!(plan.stacked, Some([GgmlType::Q4_K, GgmlType::Q6_K]));
     // The CPU has no kernel forms to check: the products' fusions are checked on lavapipe.
     let dev = gpu();

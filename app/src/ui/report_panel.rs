@@ -58,9 +58,7 @@ pub fn ReportPanel() -> impl IntoView {
                             "{} record(s) rejected by the split parser; {} question(s) unanswerable (no usable image; {})",
                             r.rejected_records.len(), r.unanswerable.len(), r.settings.without_image_policy()
                         )}</p>
-                        {r.settings.replies().map(|v| view! { <p class="hint" data-testid="report-replies">{format!(
-                            "Replies: {v}: {} of {} stopped, {:.1} tokens per question.", r.stopped_at_letter, r.answered, r.mean_tokens
-                        )}</p> })}
+                        {r.replies_line().map(|line| view! { <p class="hint" data-testid="report-replies">{format!("Replies: {line}.")}</p> })}
                         {[("Rejected records", r.rejected_records.clone(), "report-rejected"), ("Unanswerable questions", r.unanswerable.clone(), "report-unanswerable")]
                             .into_iter().filter(|(_, rows, _)| !rows.is_empty()).map(|(title, rows, id)| view! {
                                 <details data-testid=id>

@@ -178,15 +178,8 @@ pub fn markdown(r: &EvalReport, run_info: &[(&str, String)]) -> String {
         ("mean time per question", format!("{:.0} ms", r.mean_ms)),
     ]
     .into_iter()
-    .chain(s.replies().map(|v| {
-        (
-            "replies",
-            format!(
-                "{v}: {} of {} stopped, {:.1} tokens per question",
-                r.stopped_at_letter, r.answered, r.mean_tokens
-            ),
-        )
-    })) {
+    .chain(r.replies_line().map(|line| ("replies", line)))
+    {
         md.push_str(&format!("| {k} | {v} |\n"));
     }
     for (k, v) in run_info {

@@ -463,10 +463,21 @@ impl EvalReport {
         )
     }
 
+    /// How the official-mode replies were generated and what that gave (`None` in fast mode):
+    /// the report's "replies" line.
+    pub fn replies_line(&self) -> Option<String> {
+        self.settings.replies().map(|v| {
+            format!(
+                "{v}: {} of {} stopped, {:.1} tokens per question",
+                self.stopped_at_letter, self.answered, self.mean_tokens
+            )
+        })
+    }
+
     /// The robust extraction's row label, or why it has none: it reads whole replies, and
     /// replies stopped at their letter are not whole.
     pub fn robust_label(&self) -> Result<String, String> {
-        let full = self.answered - self.stopped_at_letter.min(self.answered);
+        let full = self.answered.saturating_sub(self.stopped_at_letter);
         if self.stopped_at_letter == 0 {
             Ok("this run (robust extraction)".into())
         } else if full == 0 {
