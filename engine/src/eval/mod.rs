@@ -16,6 +16,7 @@ use burn::tensor::Tensor;
 
 pub mod export;
 pub mod journal;
+pub mod merge;
 pub mod run;
 pub mod tally;
 

@@ -4,6 +4,7 @@ pub mod archive;
 pub mod browse;
 pub mod folder;
 pub mod prompt;
+pub mod scheduler;
 pub mod schema;
 pub mod split;
 pub mod synth;

@@ -13,5 +13,6 @@ mod fixture_cache;
 mod gemma270m;
 mod gguf_corpus;
 mod image_transformers;
+mod merge;
 mod prompt_transformers;
 mod tokenizer_hf;

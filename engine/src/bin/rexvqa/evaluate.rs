@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use clap::Args;
 use rexvqa_engine::eval::export::{RunExport, RunFacts, model_sha256, pair_name};
-use rexvqa_engine::eval::{self, Answer, Resume};
-use rexvqa_engine::rexvqa::Scope;
+use rexvqa_engine::eval::{self, Answer, EvalReport, Resume};
+use rexvqa_engine::rexvqa::{Scope, Split, scheduler};
 use rexvqa_engine::session::Session;
 
 use crate::common::{
@@ -42,7 +42,8 @@ pub struct EvalArgs {
     /// Seed of the stratified draw.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Shard k/n (whole studies per shard).
+    /// Shard k/n (whole studies per shard); `auto` takes k/n from a Slurm job array, `auto/N`
+    /// from a Kubernetes Indexed Job of N completions (JOB_COMPLETION_INDEX).
     #[arg(long)]
     pub shard: Option<String>,
     /// Predictions file (leaderboard JSON); the report goes to OUT.report.json / .md / .csv.
@@ -124,6 +125,14 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
     let scope = match (limit, stratified, shard) {
         (Some(n), _, _) => Scope::First(n),
         (_, Some(n), _) => Scope::Stratified { per_task: n, seed },
+        (_, _, Some(s)) if scheduler::is_auto(&s) => {
+            let scope = scheduler::shard_from_scheduler(&s, |v| std::env::var(v).ok())
+                .map_err(|e| e.to_string())?;
+            if let Scope::Shard { k, n } = scope {
+                eprintln!("--shard {s}: shard {k}/{n} from the scheduler");
+            }
+            scope
+        }
         (_, _, Some(s)) => Scope::parse_shard(&s).map_err(|e| e.to_string())?,
         _ => Scope::All,
     };
@@ -163,13 +172,10 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let report = eval::report(&split, &done, &s, in_scope);
     eprintln!("{}", report.accounting());
-    let name = |p: &Path| {
-        p.file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned()
-    };
-    let model_name = pair_name(&name(&m.model), m.mmproj.as_deref().map(name).as_deref());
+    let model_name = pair_name(
+        &file_name(&m.model),
+        m.mmproj.as_deref().map(file_name).as_deref(),
+    );
     let mm_sha = m.mmproj.as_deref().map(file_sha256).transpose()?;
     let sha256 = model_sha256(file_sha256(&m.model)?, mm_sha);
     let app = format!(
@@ -178,24 +184,13 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
         format!("{:?}", m.backend).to_lowercase()
     );
     let facts = RunFacts {
-        run_id: &name(&out),
+        run_id: &file_name(&out),
         split_name: &split_name(&d.split),
         model: &model_name,
         model_sha256: &sha256,
         app: &app,
     };
-    // The browser's four downloads, under the CLI's names.
-    for (kind, path) in [
-        (RunExport::Leaderboard, out.clone()),
-        (RunExport::Report, with_ext(&out, ".report.json")),
-        (RunExport::Markdown, with_ext(&out, ".report.md")),
-        (RunExport::Csv, with_ext(&out, ".csv")),
-    ] {
-        let file = kind
-            .export(&split, &done, &report, &facts)
-            .map_err(|e| e.to_string())?;
-        write(&path, &file.text)?;
-    }
+    write_run(&split, &done, &report, &out, &facts)?;
     let o = &report.official.overall;
     println!(
         "{}",
@@ -205,6 +200,37 @@ pub fn eval(args: EvalArgs) -> Result<(), String> {
             "stopped_at_letter": report.stopped_at_letter, "mean_tokens": report.mean_tokens,
             "ci": [o.ci_low, o.ci_high], "failed_extractions": report.official.failed_extractions})
     );
+    Ok(())
+}
+
+/// A path's last component, as text.
+pub fn file_name(p: &Path) -> String {
+    p.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The browser's four downloads of a run, under the CLI's names: OUT (predictions),
+/// OUT.report.json, OUT.report.md and OUT.csv.
+pub fn write_run(
+    split: &Split,
+    answers: &[Answer],
+    report: &EvalReport,
+    out: &Path,
+    facts: &RunFacts<'_>,
+) -> Result<(), String> {
+    for (kind, path) in [
+        (RunExport::Leaderboard, out.to_path_buf()),
+        (RunExport::Report, with_ext(out, ".report.json")),
+        (RunExport::Markdown, with_ext(out, ".report.md")),
+        (RunExport::Csv, with_ext(out, ".csv")),
+    ] {
+        let file = kind
+            .export(split, answers, report, facts)
+            .map_err(|e| e.to_string())?;
+        write(&path, &file.text)?;
+    }
     Ok(())
 }
 

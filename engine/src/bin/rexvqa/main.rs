@@ -20,6 +20,7 @@ mod common;
 mod compare;
 mod data;
 mod evaluate;
+mod merge;
 mod quiz;
 
 #[derive(Parser)]
@@ -92,6 +93,9 @@ enum Command {
     /// Evaluate a split (or part of it) and write predictions and the report; resumes from its
     /// journal (OUT.journal.jsonl) when interrupted.
     Eval(evaluate::EvalArgs),
+    /// Merge the shards of one run (`eval --shard`) into the four files an unsharded `eval`
+    /// writes; refuses questions answered twice, missing or not in the split.
+    Merge(merge::MergeArgs),
     /// Time image encoding, prefill, decoding and questions; print and write JSON.
     Bench(bench::BenchArgs),
     /// Time every weight type at one matrix shape with every kernel and f16 form the device has
@@ -260,6 +264,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Compare(args) => compare::run(args)?,
         Command::Answer(args) => evaluate::answer(args)?,
         Command::Eval(args) => evaluate::eval(args)?,
+        Command::Merge(args) => merge::merge(args)?,
         Command::Calibrate(args) => evaluate::calibrate(args)?,
         Command::SynthModel(args) => data::synth_model(args)?,
         Command::Synth(args) => data::synth(args)?,
