@@ -4,6 +4,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
+import { writeServiceWorker } from './sw-hook.mjs';
 
 const dir = process.env.TRUNK_STAGING_DIR;
 if (!dir) throw new Error('TRUNK_STAGING_DIR is not set: run through trunk');
@@ -30,3 +31,4 @@ const csp = [
 html = html.replace('<head>', `<head>\n    <meta http-equiv="Content-Security-Policy" content="${csp}" />`);
 writeFileSync(path, html);
 console.log(`csp-hook: ${n} inline script(s) moved out, CSP added`);
+writeServiceWorker(dir);

@@ -43,7 +43,9 @@ fi
 [ "$MODE" = serve ] && { say "setup for serving: done"; exit 0; }
 
 need_apt=()
-for p in chromium chromium-driver mesa-vulkan-drivers zstd; do
+# nginx serves the e2e suite with deploy/nginx/; python3-yaml reads deploy/kubernetes/; slurm-wlm
+# and munge make the one-node Slurm of scripts/slurm-local.sh.
+for p in chromium chromium-driver mesa-vulkan-drivers zstd nginx python3-yaml slurm-wlm munge; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -51,7 +53,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 else
-  say "apt: chromium, chromium-driver, mesa-vulkan-drivers, zstd present"
+  say "apt: chromium, chromium-driver, mesa-vulkan-drivers, zstd, nginx, python3-yaml, slurm-wlm, munge present"
 fi
 
 say "Python venv for fixtures ($CACHE/venv)"

@@ -29,6 +29,7 @@ stage "house limits (scripts/house.sh)" scripts/house.sh
 stage "bench figures table current (bench/figures.py --check)" python3 bench/figures.py --check
 # The GPU kit's scripts on a stub kit (~10 s, nothing built): bench/device/README.md.
 stage "GPU kit scripts (bench/device/check.sh)" bench/device/check.sh
+stage "deploy files (deploy/check.py)" python3 deploy/check.py
 stage "clippy (native)" cargo clippy --workspace --all-targets -- -D warnings
 stage "clippy (wasm32)" bash -c 'cargo clippy --target wasm32-unknown-unknown -p rexvqa-app --lib --bins -- -D warnings &&
   cargo clippy --target wasm32-unknown-unknown -p rexvqa-engine --no-default-features --lib --test web -- -D warnings'
@@ -58,7 +59,13 @@ e2e_fixtures() {
 export REXVQA_E2E="$ROOT/target/e2e"
 export REXVQA_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/rexvqa"
 stage "end-to-end fixtures (synthetic split, CLI reference run)" e2e_fixtures
+# A one-node Slurm runs deploy/slurm/'s array and merge on the CLI the native tests built.
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo --preserve-env=REXVQA_BIN,CARGO_TARGET_DIR "$@"; fi; }
+stage "scale-out on a one-node Slurm (scripts/slurm-local.sh)" as_root scripts/slurm-local.sh 3
 stage "build app (trunk)" trunk build
+# As the README's deploy steps do: the wasm compressed once beside the originals, which the
+# documented nginx configuration serves (gzip_static); -1 here, where only the setup matters.
+stage "compress wasm for nginx" bash -c 'gzip -k -f -1 dist/*.wasm'
 stage "end-to-end (Playwright)" node --test --test-concurrency=1 tests/e2e/
 
 printf '\n=== summary\n'

@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { serve } from './server.mjs';
+import { serveNginx } from './server.mjs';
 import { launch, openPage, SHOTS } from './browser.mjs';
 
 const DIST = process.env.REXVQA_DIST ?? 'dist';
@@ -10,7 +10,7 @@ let server;
 let context;
 
 before(async () => {
-  server = await serve(DIST);
+  server = await serveNginx(DIST);
   context = await launch();
 });
 after(async () => {

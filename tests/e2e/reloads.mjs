@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { launch, openPage } from './browser.mjs';
-import { serve } from './server.mjs';
+import { serveNginx } from './server.mjs';
 import { loadStoredModel, SLOW, tab } from './steps.mjs';
 
 const { values: a } = parseArgs({
@@ -101,7 +101,7 @@ function journalIds(text) {
   return { ids, torn };
 }
 
-const server = await serve(a.dist);
+const server = await serveNginx(a.dist);
 const context = await launch();
 const result = { reloads: N, studies, questions: total, seed, points: [] };
 try {

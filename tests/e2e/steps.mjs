@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { before, after } from 'node:test';
-import { serve } from './server.mjs';
+import { serveNginx } from './server.mjs';
 import { launch, openPage } from './browser.mjs';
 
 export const FIX = process.env.REXVQA_E2E;
@@ -13,21 +13,27 @@ export const BIN = process.env.REXVQA_BIN;
 export const DIST = process.env.REXVQA_DIST ?? 'dist';
 export const SLOW = 240_000;
 
-// Serves dist/ on 127.0.0.1 and launches Chromium around the calling test file; returns a
-// function that opens a fresh page of the app (with its console problems and off-host requests).
+// Serves dist/ on 127.0.0.1 (nginx, deploy/nginx/) and launches Chromium around the calling test
+// file; returns a function that opens a fresh page of the app (with its console problems and
+// off-host requests) once its service worker is active, so that the shell's cache is in the
+// origin's storage usage before a test measures it.
 export function servedApp() {
   let server;
   let context;
   before(async () => {
     assert.ok(FIX && BIN, 'REXVQA_E2E and REXVQA_BIN must be set (scripts/test.sh sets them)');
-    server = await serve(DIST);
+    server = await serveNginx(DIST);
     context = await launch();
   });
   after(async () => {
     await context?.close();
     await server?.close();
   });
-  return () => openPage(context, server.url);
+  return async () => {
+    const opened = await openPage(context, server.url);
+    await opened.page.evaluate(() => navigator.serviceWorker.ready.then(() => true));
+    return opened;
+  };
 }
 
 export async function tab(page, id) {

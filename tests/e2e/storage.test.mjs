@@ -31,12 +31,14 @@ const open = servedApp();
 test('an import that runs out of storage says how far it got, then resumes with room', async () => {
   const { page, problems } = await open();
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
-  // Chromium's own test hook for a small quota (DevTools protocol): writes past 10 MB are refused
-  // as on a full disk. navigator.storage.estimate() does not see it, so the check made before
-  // copying passes and the refusal comes part-way, the harder of the two cases.
+  // Chromium's own test hook for a small quota (DevTools protocol): writes past 10 MB more than
+  // the app shell's cache are refused as on a full disk. navigator.storage.estimate() does not see
+  // it, so the check made before copying passes and the refusal comes part-way, the harder of the
+  // two cases.
   const cdp = await page.context().newCDPSession(page);
   const origin = new URL(page.url()).origin;
-  await cdp.send('Storage.overrideQuotaForOrigin', { origin, quotaSize: 10_000_000 });
+  const shell = await page.evaluate(async () => (await navigator.storage.estimate()).usage);
+  await cdp.send('Storage.overrideQuotaForOrigin', { origin, quotaSize: shell + 10_000_000 });
   await tab(page, 'model');
   await page.getByTestId('model-text-input').setInputFiles(join(FIX, 'tiny-q8_0.gguf'));
   await page.getByTestId('model-mmproj-input').setInputFiles(join(FIX, 'tiny-q8_0-mmproj-224.gguf'));

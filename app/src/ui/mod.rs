@@ -15,6 +15,7 @@ mod quiz;
 mod report_panel;
 pub mod signals;
 mod study_panel;
+mod update;
 mod xray_view;
 
 use leptos::prelude::*;
@@ -32,6 +33,7 @@ use quiz::QuizPanel;
 use report_panel::ReportPanel;
 use signals::Tab;
 use study_panel::StudyPanel;
+use update::UpdateNotice;
 
 const TABS: [(&str, &str); 7] = [
     ("model", "Model"),
@@ -83,6 +85,7 @@ pub fn App() -> impl IntoView {
             </nav>
         </header>
         <main>
+            <UpdateNotice />
             {move || engine.fatal.get().map(|message| view! {
                 <div class="errors" role="alert" data-testid="engine-fatal">
                     <p><strong>"The engine stopped after an internal error."</strong>" Your stored models, evaluation runs and quiz are kept in this browser's storage; reload the page to start the engine again (a run resumes from its last saved answer)."</p>
