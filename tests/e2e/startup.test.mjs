@@ -11,7 +11,12 @@ const open = servedApp();
 test('an import clicked during start-up is queued, shows progress at once, and completes', async () => {
   const { page, problems } = await open();
   // Hold the worker's wasm back for 4 s (a slow machine compiling a large release wasm) and
-  // reload: the click below then certainly comes before the worker is ready.
+  // reload: the click below then certainly comes before the worker is ready. The service worker
+  // would serve it from its cache, where no route can hold it: the page unregisters it first, so
+  // the reload goes to the network (a first visit, as on a slow machine).
+  await page.evaluate(async () => {
+    for (const r of await navigator.serviceWorker.getRegistrations()) await r.unregister();
+  });
   let held = false;
   await page.route(/worker[^/]*_bg\.wasm$/, async (route) => {
     held = true;
