@@ -10,6 +10,7 @@ mod accounting;
 mod compare;
 mod dequant_gguf_py;
 mod fixture_cache;
+mod fuzz_corpus;
 mod gemma270m;
 mod gguf_corpus;
 mod image_transformers;

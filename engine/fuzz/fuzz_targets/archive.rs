@@ -1,0 +1,11 @@
+//! Any bytes as the image archive (deid_png.part*): see `checks::archive`.
+#![no_main]
+
+#[allow(dead_code)]
+#[path = "../checks.rs"]
+mod checks;
+
+#[global_allocator]
+static HEAP: checks::alloc::Counting = checks::alloc::Counting;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::archive(data));
