@@ -13,6 +13,7 @@ use dicom_object::{InMemDicomObject, OpenFileOptions, Tag, file::ReadPreamble};
 use dicom_pixeldata::{ConvertOptions, ModalityLutOption, PixelDecoder, VoiLutOption};
 use dicom_transfer_syntax_registry::TransferSyntaxRegistry;
 
+use super::dicom_lengths;
 use super::{DicomInfo, Format, Identifying, Picture, SampleScale, Stats, Window};
 use crate::image::{Decoded, MAX_SIDE};
 
@@ -88,6 +89,9 @@ pub fn decode(bytes: &[u8]) -> Result<Picture, DicomError> {
     } else {
         bytes
     };
+    if body.starts_with(b"DICM") {
+        dicom_lengths::check(body).map_err(DicomError::Parse)?;
+    }
     let obj = OpenFileOptions::new()
         .read_preamble(ReadPreamble::Never)
         .from_reader(body)

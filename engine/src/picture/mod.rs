@@ -8,6 +8,7 @@
 //! Window Center/Width.
 
 pub mod dicom;
+mod dicom_lengths;
 #[cfg(test)]
 mod tests;
 
