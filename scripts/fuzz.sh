@@ -38,14 +38,15 @@ t0=$SECONDS
 set +e
 (cd engine && cargo +nightly fuzz run -O --debug-assertions "$target" "$work" -- \
   -runs="$runs" -max_total_time="$secs" -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=512 \
-  -timeout=10 -print_final_stats=1) 2>&1 | tee "$log" | grep -E '^#[0-9]+ +(pulse|DONE|INITED)|ERROR|SUMMARY|panicked' || true
+  -timeout=10 -print_final_stats=1) 2>&1 | tee "$log" | grep -E '^#[0-9]+[[:space:]]+(pulse|DONE|INITED)|ERROR|SUMMARY|panicked' || true
 rc=${PIPESTATUS[0]}
 set -e
 elapsed=$((SECONDS - t0))
 # The minimised corpus: the inputs that keep the coverage found, committed beside the seeds.
 tmp="$(mktemp -d)"
 (cd engine && cargo +nightly fuzz cmin -O --debug-assertions "$target" "$work" -- -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=512) >/dev/null 2>&1 || true
-find "$work" -maxdepth 1 -type f -size -"$((max_len / 1024 + 1))"k -exec cp {} "$tmp/" \;
+# Inputs up to 8 KiB only, so the committed corpus stays small (the working one keeps the rest).
+find "$work" -maxdepth 1 -type f -size -9k -exec cp {} "$tmp/" \;
 rm -rf "$committed" && mkdir -p "$committed" && cp "$tmp"/* "$committed/" 2>/dev/null || true
 rm -rf "$tmp"
 crashes=$(find "engine/fuzz/artifacts/$target" -type f 2>/dev/null | wc -l)
