@@ -47,7 +47,7 @@ tmp="$(mktemp -d)"
 (cd engine && cargo +nightly fuzz cmin -O --debug-assertions "$target" "$work" -- -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=512) >/dev/null 2>&1 || true
 # The smallest inputs, up to 256 kB in all, so the committed corpus stays small (the working one
 # keeps the rest for the next campaign).
-find "$work" -maxdepth 1 -type f -printf '%s %p\n' | sort -n | awk '{ t += $1; if (t > 262144) exit; print $2 }' \
+find "$work" -maxdepth 1 -type f -printf '%s %p\n' | sort -n | awk '{ t += $1; if (t <= 262144) print $2 }' \
   | xargs -r cp -t "$tmp/"
 rm -rf "$committed" && mkdir -p "$committed" && cp "$tmp"/* "$committed/" 2>/dev/null || true
 rm -rf "$tmp"
