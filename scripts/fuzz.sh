@@ -38,7 +38,9 @@ t0=$SECONDS
 set +e
 (cd engine && cargo +nightly fuzz run -O --debug-assertions "$target" "$work" -- \
   -runs="$runs" -max_total_time="$secs" -max_len="$max_len" -rss_limit_mb=2048 -malloc_limit_mb=512 \
-  -timeout=10 -print_final_stats=1) 2>&1 | tee "$log" | grep -E '^#[0-9]+[[:space:]]+(pulse|DONE|INITED)|ERROR|SUMMARY|panicked' || true
+  -timeout=10 -print_final_stats=1) 2>&1 | tee "$log" \
+  | { grep -E '^#[0-9]+[[:space:]]+(pulse|DONE|INITED)|ERROR|SUMMARY|panicked' || true; }
+# The campaign's status: a `|| true` after the pipeline would replace PIPESTATUS with its own.
 rc=${PIPESTATUS[0]}
 set -e
 elapsed=$((SECONDS - t0))

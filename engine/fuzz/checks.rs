@@ -30,6 +30,12 @@ const MIB: usize = 1 << 20;
 /// A small split the predictions and quiz inputs are read against (its ids seed their corpora).
 pub const SPLIT: &str = include_str!("split.json");
 
+/// [`SPLIT`] parsed, once per process: not on each execution's path.
+fn fuzz_split() -> &'static Split {
+    static PARSED: std::sync::OnceLock<Split> = std::sync::OnceLock::new();
+    PARSED.get_or_init(|| Split::from_json(SPLIT).expect("the fuzz split parses"))
+}
+
 /// A check of one input's bytes.
 pub type Check = fn(&[u8]);
 
@@ -166,14 +172,14 @@ pub fn picture(data: &[u8]) {
 /// Predictions files: the compare of two (and its exports) and the merge of shards, read against
 /// [`SPLIT`]. Pieces at 0xFF: predictions A, predictions B, a report, a journal.
 pub fn predictions(data: &[u8]) {
-    let split = Split::from_json(SPLIT).expect("the fuzz split parses");
+    let split = fuzz_split();
     bounded("predictions", 64 * data.len() + MIB, || {
         let p = pieces(data, 4);
         let Some(a) = p.first().copied().and_then(text) else {
             return;
         };
         let b = p.get(1).copied().and_then(text).unwrap_or(a);
-        for s in [Some(&split), None] {
+        for s in [Some(split), None] {
             if let (Ok(ra), Ok(rb)) = (
                 compare::read_predictions("a", a, s),
                 compare::read_predictions("b", b, s),
@@ -182,10 +188,9 @@ pub fn predictions(data: &[u8]) {
                 let _ = c.exports();
             }
         }
-        if let Ok(m) =
-            score::merge_shards(&split, &[("a".into(), a.into()), ("b".into(), b.into())])
+        if let Ok(m) = score::merge_shards(split, &[("a".into(), a.into()), ("b".into(), b.into())])
         {
-            let preds = score::predictions_from_leaderboard(&split, &m.predictions);
+            let preds = score::predictions_from_leaderboard(split, &m.predictions);
             let _ = score::report(&preds);
         }
         let report = p.get(2).copied().and_then(text).unwrap_or("{}");
@@ -196,9 +201,9 @@ pub fn predictions(data: &[u8]) {
             report: report.into(),
             journal,
         };
-        if let Ok(m) = merge_runs(&split, &[shard]) {
+        if let Ok(m) = merge_runs(split, &[shard]) {
             let _ =
-                rexvqa_engine::eval::report(&split, &m.answers, &m.settings, split.records.len());
+                rexvqa_engine::eval::report(split, &m.answers, &m.settings, split.records.len());
         }
     });
 }
@@ -206,7 +211,7 @@ pub fn predictions(data: &[u8]) {
 /// Quiz results files: one student's report (with its CSV and Markdown), and a reader study of
 /// the pieces at 0xFF, read against [`SPLIT`].
 pub fn quiz_results(data: &[u8]) {
-    let split = Split::from_json(SPLIT).expect("the fuzz split parses");
+    let split = fuzz_split();
     bounded("quiz", 64 * data.len() + MIB, || {
         let files: Vec<(String, String)> = pieces(data, 4)
             .into_iter()
@@ -216,11 +221,11 @@ pub fn quiz_results(data: &[u8]) {
             .collect();
         if let Some((_, first)) = files.first()
             && let Ok(r) = serde_json::from_str::<QuizResults>(first)
-            && let Ok(rep) = quiz::report(&split, &r)
+            && let Ok(rep) = quiz::report(split, &r)
         {
-            let _ = quiz::csv(&split, &r);
+            let _ = quiz::csv(split, &r);
             let _ = quiz::markdown(&rep, &r);
         }
-        let _ = quiz::reader_study(&split, &files);
+        let _ = quiz::reader_study(split, &files);
     });
 }

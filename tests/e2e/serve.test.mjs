@@ -4,19 +4,11 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { launch, openPage } from './browser.mjs';
-
-async function freePort() {
-  const s = createServer();
-  await new Promise((ok) => s.listen(0, '127.0.0.1', ok));
-  const { port } = s.address();
-  await new Promise((ok) => s.close(ok));
-  return port;
-}
+import { freePort } from './server.mjs';
 
 async function waitForPage(url, child, ms) {
   const end = Date.now() + ms;

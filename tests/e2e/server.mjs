@@ -41,7 +41,8 @@ export async function serve(dir) {
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 const SITE = new URL('../../deploy/nginx/rexvqa-web.conf', import.meta.url);
 
-async function freePort() {
+// A port nothing listens on now, on 127.0.0.1.
+export async function freePort() {
   const s = createNetServer();
   await new Promise((ok) => s.listen(0, '127.0.0.1', ok));
   const { port } = s.address();
