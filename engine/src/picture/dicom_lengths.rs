@@ -37,10 +37,20 @@ pub fn check(body: &[u8]) -> Result<(), String> {
     };
     let mut at = 0;
     let mut ts = String::new();
-    while at + 4 <= meta.len() && u16::from_le_bytes([meta[at], meta[at + 1]]) == 0x0002 {
+    // dicom-rs reads the meta group up to the length its first element gives (the group ends
+    // there even if more group-2 elements follow, which are then read in the data set's VR).
+    let mut group_end = usize::MAX;
+    while at + 4 <= meta.len()
+        && at < group_end
+        && u16::from_le_bytes([meta[at], meta[at + 1]]) == 0x0002
+    {
         let (tag, len, header) = header(&meta[at..], le)?;
         let start = at + header;
         let end = value_end(meta, start, len, tag)?;
+        if at == 0 && tag == (0x0002, 0x0000) && len == 4 {
+            let v = [meta[start], meta[start + 1], meta[start + 2], meta[start + 3]];
+            group_end = end.saturating_add(u32::from_le_bytes(v) as usize);
+        }
         if tag == (0x0002, 0x0010) {
             ts = String::from_utf8_lossy(&meta[start..end])
                 .trim_matches(|c: char| c == '\0' || c.is_whitespace())
@@ -96,23 +106,33 @@ fn header(b: &[u8], enc: Encoding) -> Result<((u16, u16), u32, usize), String> {
         return Ok((tag, u32_at(4)?, 8));
     }
     let vr = b.get(4..6).ok_or("a header cut short")?;
-    let long = matches!(
+    // PS3.5 7.1.2 lists the VRs with a 16-bit length; dicom-rs reads any other two bytes,
+    // unknown ones included, as UN, whose length takes 32 bits after two reserved bytes.
+    let short = matches!(
         vr,
-        b"OB"
-            | b"OD"
-            | b"OF"
-            | b"OL"
-            | b"OV"
-            | b"OW"
-            | b"SQ"
-            | b"SV"
-            | b"UC"
-            | b"UN"
-            | b"UR"
-            | b"UT"
-            | b"UV"
+        b"AE"
+            | b"AS"
+            | b"AT"
+            | b"CS"
+            | b"DA"
+            | b"DS"
+            | b"DT"
+            | b"FL"
+            | b"FD"
+            | b"IS"
+            | b"LO"
+            | b"LT"
+            | b"PN"
+            | b"SH"
+            | b"SL"
+            | b"SS"
+            | b"ST"
+            | b"TM"
+            | b"UI"
+            | b"UL"
+            | b"US"
     );
-    if long {
+    if !short {
         Ok((tag, u32_at(8)?, 12))
     } else {
         Ok((tag, u32::from(u16_at(6)?), 8))
@@ -254,6 +274,36 @@ mod tests {
         assert_eq!(
             check(&file(ts, &px)),
             Err("element (FFFE,E000) declares 1000 bytes, and only 18 follow it".into())
+        );
+    }
+
+    #[test]
+    fn an_unknown_vr_is_read_as_un_with_a_32_bit_length() {
+        // (0010,0010) with VR "NN": dicom-rs reads the two bytes after it as reserved and the
+        // next four ("DOE^") as a 1,581,600,580-byte length (the image fuzzer's second finding).
+        let ts = "1.2.840.10008.1.2.1";
+        let e = [0x10, 0x00, 0x10, 0x00, b'N', b'N', 0x08, 0x00];
+        let e = [&e[..], b"DOE^JANE"].concat();
+        assert_eq!(
+            check(&file(ts, &e)),
+            Err("element (0010,0010) declares 1581600580 bytes, and only 4 follow it".into())
+        );
+    }
+
+    #[test]
+    fn the_meta_group_ends_at_its_declared_length() {
+        // The group length covers only the transfer syntax (implicit VR): dicom-rs reads the
+        // (0002,0013) after it as data in implicit VR, its "SH" and 16-bit length as one 32-bit
+        // length.
+        let mut b = b"DICM".to_vec();
+        b.extend_from_slice(&[0x02, 0x00, 0x00, 0x00, b'U', b'L', 4, 0, 26, 0, 0, 0]);
+        b.extend_from_slice(&[0x02, 0x00, 0x10, 0x00, b'U', b'I', 18, 0]);
+        b.extend_from_slice(b"1.2.840.10008.1.2\0");
+        b.extend_from_slice(&[0x02, 0x00, 0x13, 0x00, b'S', b'H', 14, 0]);
+        b.extend_from_slice(b"PYDICOM 3.0.2 ");
+        assert_eq!(
+            check(&b),
+            Err("element (0002,0013) declares 936019 bytes, and only 14 follow it".into())
         );
     }
 
