@@ -2,8 +2,7 @@
 """Golden dequantisation results from the PyPI `gguf` package (gguf-py, ggml's own Python port).
 
 1. Writes tests/fixtures/quant_types.gguf: random, well-formed blocks of every type the engine
-   supports (F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K), so types absent from the real
-   270M file are covered too.
+   supports (TYPES), so types absent from the real 270M file are covered too.
 2. For that file and for the real Gemma 3 270M Q4_K_M file, records per tensor the SHA-256 of the
    dequantised float32 values (little-endian, row-major) and the first values.
 
@@ -22,9 +21,15 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 ROOT = Path(__file__).resolve().parents[2]
-TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+# New types go at the end: the tensors before them keep their random bytes.
+TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K,
+         T.Q4_1, T.Q5_1, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS]
 # Byte offsets of f16 scale fields inside one block, which must be finite.
-F16_FIELDS = {T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+F16_FIELDS = {T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+              T.Q4_1: [0, 2], T.Q5_1: [0, 2], T.Q2_K: [80, 82], T.Q3_K: [108], T.IQ4_NL: [0],
+              T.IQ4_XS: [0]}
+# Fields that are mins (subtracted), kept positive as real files keep them.
+MIN_FIELDS = {T.Q4_K: 2, T.Q5_K: 2, T.Q2_K: 82}
 
 
 def random_blocks(rng, qtype, rows, cols):
@@ -40,7 +45,7 @@ def random_blocks(rng, qtype, rows, cols):
     b = rng.integers(0, 256, (rows, nb, size), dtype=np.uint8)
     for at in F16_FIELDS[qtype]:
         mag = 2.0 ** rng.uniform(-4, -1, (rows, nb))
-        sign = 1 if at == 2 else rng.choice([-1, 1], (rows, nb))
+        sign = 1 if MIN_FIELDS.get(qtype) == at else rng.choice([-1, 1], (rows, nb))
         b[:, :, at:at + 2] = (mag * sign).astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
     return b.reshape(rows, nb * size)
 

@@ -120,6 +120,12 @@ impl GgmlType {
                 | GgmlType::Q4_K
                 | GgmlType::Q5_K
                 | GgmlType::Q6_K
+                | GgmlType::Q4_1
+                | GgmlType::Q5_1
+                | GgmlType::Q2_K
+                | GgmlType::Q3_K
+                | GgmlType::IQ4_NL
+                | GgmlType::IQ4_XS
         )
     }
 

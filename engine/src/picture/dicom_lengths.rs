@@ -48,7 +48,12 @@ pub fn check(body: &[u8]) -> Result<(), String> {
         let start = at + header;
         let end = value_end(meta, start, len, tag)?;
         if at == 0 && tag == (0x0002, 0x0000) && len == 4 {
-            let v = [meta[start], meta[start + 1], meta[start + 2], meta[start + 3]];
+            let v = [
+                meta[start],
+                meta[start + 1],
+                meta[start + 2],
+                meta[start + 3],
+            ];
             group_end = end.saturating_add(u32::from_le_bytes(v) as usize);
         }
         if tag == (0x0002, 0x0010) {

@@ -25,6 +25,9 @@
 use super::pack::{dequantize_packed, padded_block_bytes};
 use crate::gguf::GgmlType;
 
+#[path = "dot_small.rs"]
+mod small;
+
 /// Weights per group sharing one scale and min.
 const G: usize = 32;
 /// Most groups in one block (a K-quant super-block of 256).
@@ -92,6 +95,11 @@ fn by_type<V: Lanes>(ty: GgmlType, words: &[u32], x: &Activations, out: &mut [f3
         GgmlType::Q4_K => quant_rows::<Q4K, V>(bytes, x, out),
         GgmlType::Q5_K => quant_rows::<Q5K, V>(bytes, x, out),
         GgmlType::Q6_K => quant_rows::<Q6K, V>(bytes, x, out),
+        GgmlType::Q4_1 => quant_rows::<small::Q4_1, V>(bytes, x, out),
+        GgmlType::Q5_1 => quant_rows::<small::Q5_1, V>(bytes, x, out),
+        GgmlType::Q3_K => quant_rows::<small::Q3K, V>(bytes, x, out),
+        GgmlType::IQ4_NL => quant_rows::<small::IQ4NL, V>(bytes, x, out),
+        GgmlType::IQ4_XS => quant_rows::<small::IQ4XS, V>(bytes, x, out),
         _ => float_rows::<V>(ty, words, x, out),
     }
 }

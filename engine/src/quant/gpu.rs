@@ -30,6 +30,12 @@ macro_rules! by_type {
             ty::Q4_K => $launch(ty::Q4_K),
             ty::Q5_K => $launch(ty::Q5_K),
             ty::Q6_K => $launch(ty::Q6_K),
+            ty::Q4_1 => $launch(ty::Q4_1),
+            ty::Q5_1 => $launch(ty::Q5_1),
+            ty::Q2_K => $launch(ty::Q2_K),
+            ty::Q3_K => $launch(ty::Q3_K),
+            ty::IQ4_NL => $launch(ty::IQ4_NL),
+            ty::IQ4_XS => $launch(ty::IQ4_XS),
             other => unreachable!("QMatrix never stores ggml type {other}"),
         }
     };

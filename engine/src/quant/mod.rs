@@ -17,8 +17,26 @@
 //!    native tests (`dequant_gguf_py`, `qkernels`) and the device self-test then cover it on
 //!    the CPU and on every GPU form with no further code.
 //!
+//! # Block types
+//! | type | weights / bytes a block | CPU product ([`dot`]) | GPU decoding ([`crate::kernels::quant`]) |
+//! |---|---|---|---|
+//! | F32, F16, BF16 | 1 / 4, 2, 2 | rows dequantised | per weight |
+//! | Q4_0, Q5_0, Q8_0 | 32 / 18, 22, 34 | factored | runs of 4 |
+//! | Q4_1, Q5_1 | 32 / 20, 24 | factored, with a min | per weight |
+//! | IQ4_NL | 32 / 18 | factored (levels as `q`) | per weight |
+//! | Q4_K | 256 / 144 | factored, with mins | runs of 4; chunked matrix–vector |
+//! | Q5_K | 256 / 176 | factored, with mins | runs of 4 |
+//! | Q6_K | 256 / 210 | factored (scales in `q`) | runs of 4; chunked matrix–vector |
+//! | Q3_K | 256 / 110 | factored (scales in `q`) | per weight |
+//! | IQ4_XS | 256 / 136 | factored (levels as `q`) | per weight |
+//! | Q2_K | 256 / 84 | rows dequantised (a min per 16 weights) | per weight |
+//!
+//! Refused, with the error that names the tensor, its type and this list: Q8_1, Q8_K (never
+//! stored), IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, TQ1_0, TQ2_0, MXFP4 and the
+//! integer types.
+//!
 //! # Rooms
-//! The CPU reference is this file. [`choice`] picks the kernel and f16 form for a device from
+//! The CPU reference is this file and [`small`] (the types of the smaller downloads). [`choice`] picks the kernel and f16 form for a device from
 //! its probes ([`probe`] runs the one that needs a kernel); [`ops`] is the `QuantOps` backend
 //! extension with its CPU implementation, `gpu.rs` the CubeCL one over
 //! [`crate::kernels::quant`]; [`qmatrix`] is the weight matrix the model holds. Arrows run one
@@ -37,6 +55,7 @@ pub mod ops;
 pub mod pack;
 pub mod probe;
 pub mod qmatrix;
+pub mod small;
 
 pub use choice::{GEMV_MAX_M, Half, Kernel, allow_software_subgroups, resolve};
 pub use probe::native_half_exact;
@@ -94,6 +113,12 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Qua
         GgmlType::Q4_K => blocks.for_each(|(b, y)| q4_k(b, y)),
         GgmlType::Q5_K => blocks.for_each(|(b, y)| q5_k(b, y)),
         GgmlType::Q6_K => blocks.for_each(|(b, y)| q6_k(b, y)),
+        GgmlType::Q4_1 => blocks.for_each(|(b, y)| small::q4_1(b, y)),
+        GgmlType::Q5_1 => blocks.for_each(|(b, y)| small::q5_1(b, y)),
+        GgmlType::Q2_K => blocks.for_each(|(b, y)| small::q2_k(b, y)),
+        GgmlType::Q3_K => blocks.for_each(|(b, y)| small::q3_k(b, y)),
+        GgmlType::IQ4_NL => blocks.for_each(|(b, y)| small::iq4_nl(b, y)),
+        GgmlType::IQ4_XS => blocks.for_each(|(b, y)| small::iq4_xs(b, y)),
         _ => unreachable!("is_supported checked above"),
     }
     Ok(())
@@ -235,7 +260,10 @@ pub fn supported_names() -> String {
 pub(crate) fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
         _ => &[],
     }
@@ -270,7 +298,11 @@ pub fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
                 for &at in f16_fields(ty) {
                     let v = sane(&mut rng);
                     // K-quant mins are subtracted, so keep dmin positive as real files do.
-                    let v = if at == 2 { v.abs() } else { v };
+                    let v = if at == 2 || (ty == GgmlType::Q2_K && at == 82) {
+                        v.abs()
+                    } else {
+                        v
+                    };
                     block[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
                 }
             }

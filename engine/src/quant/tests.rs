@@ -124,8 +124,8 @@ fn size_mismatch_and_unsupported_are_errors() {
         Err(QuantError::SizeMismatch { .. })
     ));
     assert!(matches!(
-        dequantize_vec(GgmlType::Q2_K, &[0; 84], 256),
-        Err(QuantError::Unsupported(GgmlType::Q2_K))
+        dequantize_vec(GgmlType::IQ1_S, &[0; 50], 256),
+        Err(QuantError::Unsupported(GgmlType::IQ1_S))
     ));
 }
 
@@ -142,9 +142,10 @@ fn random_blocks_are_finite_for_every_supported_type() {
 
 #[test]
 fn an_unsupported_type_names_every_supported_one() {
-    let e = QuantError::Unsupported(GgmlType::Q4_1).to_string();
+    let e = QuantError::Unsupported(GgmlType::IQ1_S).to_string();
     assert_eq!(
         e,
-        "tensor type Q4_1 is not supported (supported: F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16)"
+        "tensor type IQ1_S is not supported (supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, \
+         Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16)"
     );
 }

@@ -8,6 +8,7 @@
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
+use super::small::dequant_small;
 use super::ty;
 
 /// Byte `off` of the block starting at word `base`.
@@ -190,6 +191,8 @@ pub fn dequant_one<H: CubePrimitive>(
         let q = f32::cast_from(lo | (hi << 4u32)) - 32.0f32;
         let sc = signed_byte(byte_at(w, base, 192 + n * 8 + l / 16 + 2 * quarter));
         v = d * sc * q;
+    } else {
+        v = dequant_small(w, wh, row, j, ty, native);
     }
     v
 }

@@ -24,6 +24,18 @@ pub mod ty {
     pub const F16: u32 = 1;
     /// Q4_0.
     pub const Q4_0: u32 = 2;
+    /// Q4_1.
+    pub const Q4_1: u32 = 3;
+    /// Q5_1.
+    pub const Q5_1: u32 = 7;
+    /// Q2_K.
+    pub const Q2_K: u32 = 10;
+    /// Q3_K.
+    pub const Q3_K: u32 = 11;
+    /// IQ4_NL.
+    pub const IQ4_NL: u32 = 20;
+    /// IQ4_XS.
+    pub const IQ4_XS: u32 = 23;
     /// Q5_0.
     pub const Q5_0: u32 = 6;
     /// Q8_0.
@@ -42,6 +54,7 @@ mod blocks;
 mod gemv;
 mod naive;
 mod runs;
+mod small;
 mod tiled;
 
 pub use blocks::dequant_one;
