@@ -2,6 +2,8 @@
 //! transformers running the exactly dequantised weights (tests/reference/tiny_models.py).
 
 mod common;
+#[path = "model_tiny/quant_files.rs"]
+mod quant_files;
 
 use burn::tensor::{Device, Tensor};
 use common::eval::{

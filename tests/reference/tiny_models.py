@@ -52,7 +52,18 @@ CONFIGS = {
     # hidden 256 so llama-quantize really uses Q4_K/Q6_K; F16 mmproj as users have it.
     "tinyk": dict(hidden=256, inter=512, layers=7, heads=4, kv=2, head_dim=64, window=128,
                   v_hidden=96, v_inter=192, v_layers=2, v_heads=2, variants=["q4_k_m"], seed=2),
+    # The smaller files people download, each quantised by llama-quantize from the same f32
+    # checkpoint ("q4_0" holds Q4_1 tensors, as a downloaded Q4_0 file does), sharing one BF16
+    # mmproj (a type no other fixture has); each also compared with llama.cpp on the same file.
+    # Quantised with an importance matrix, as the public downloads are: with one, llama-quantize
+    # gives the first eighth of ffn_down Q4_1 in a Q4_0 file (8 layers: layer 0's).
+    "tinyq": dict(hidden=256, inter=256, layers=8, heads=4, kv=2, head_dim=64, window=128,
+                  v_hidden=96, v_inter=192, v_layers=2, v_heads=2,
+                  variants=["q4_0", "q2_k", "q3_k_m", "iq4_xs", "q5_k_m"], seed=3, shared_mmproj="bf16",
+                  imatrix=True),
 }
+# llama-quantize's name for each variant of "tinyq".
+FTYPES = {"q4_0": "Q4_0", "q2_k": "Q2_K", "q3_k_m": "Q3_K_M", "iq4_xs": "IQ4_XS", "q5_k_m": "Q5_K_M"}
 
 
 def user_text(question, options):
@@ -373,6 +384,43 @@ def sha256_file(p):
     return h.hexdigest()
 
 
+def calibration_text():
+    """The importance matrix's text: the reference prompts' words, over and over (at least the
+    8 chunks of 128 tokens llama-imatrix reads)."""
+    words = [SYSTEM, "Is there evidence of pleural effusion in the left lower lobe?",
+             "A. Yes, small left effusion", "B. No effusion", "C. Right-sided effusion", "D. Cannot be determined",
+             "Compare the PA and lateral views.", "Describe normal heart size on a chest X-ray."]
+    return "\n".join(words * 40) + "\n"
+
+
+def tensor_types(path):
+    """How many tensors of each ggml type the file holds."""
+    out = {}
+    for t in gguf_reader(path).tensors:
+        out[t.tensor_type.name] = out.get(t.tensor_type.name, 0) + 1
+    return out
+
+
+def llama_cpp_last_position(text_path, model, ids, top=20):
+    """llama.cpp's logits at the last position of `ids` on the same text GGUF (llama-cpp-python's
+    bindings from the sdist, over the libllama of the llama-quantize build), beside transformers'
+    on the exactly dequantised weights: llama.cpp's top ids and logits, its argmax, and the largest
+    |Δ| between the two over the whole vocabulary."""
+    os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(LLAMA / "build/bin"))
+    sys.path.insert(0, str(LLAMA.parents[1]))
+    from llama_cpp import Llama
+    llm = Llama(model_path=str(text_path), n_ctx=512, logits_all=True, verbose=False, n_threads=2)
+    llm.eval(ids)
+    ll = np.array(llm.scores[len(ids) - 1], dtype=np.float32)
+    with torch.no_grad():
+        tr = model(input_ids=torch.tensor([ids])).logits[0, -1].float().numpy()[: ll.shape[0]]
+    order = np.argsort(-ll)[:top]
+    return {"prompt": "text_only", "position": len(ids) - 1, "input_ids": ids,
+            "top": [[int(i), float(ll[i])] for i in order], "argmax": int(ll.argmax()),
+            "transformers_argmax": int(tr.argmax()),
+            "max_abs_diff_vs_transformers": float(np.abs(ll - tr).max())}
+
+
 def gzip_to(src, dst):
     with open(src, "rb") as f, gzip.GzipFile(dst, "wb", mtime=0, compresslevel=9) as g:
         shutil.copyfileobj(f, g)
@@ -499,22 +547,38 @@ def main():
                 elif variant == "q4_k_m":
                     run([LLAMA / "build/bin/llama-quantize", tmp / "text-f32.gguf", text, "Q4_K_M"])
                     run(conv + ["--outtype", "f16", "--mmproj", "--outfile", mmproj], env=env)
+                else:
+                    imatrix = tmp / "imatrix.gguf"
+                    if not imatrix.exists():
+                        calibration = tmp / "calibration.txt"
+                        calibration.write_text(calibration_text())
+                        run([LLAMA / "build/bin/llama-imatrix", "-m", tmp / "text-f32.gguf", "-f", calibration,
+                             "-o", imatrix, "-c", "128", "--chunks", "8", "-t", "2", "--no-ppl"])
+                    run([LLAMA / "build/bin/llama-quantize", "--imatrix", imatrix, tmp / "text-f32.gguf", text,
+                         FTYPES[variant]])
+                    mmproj = tmp / f"mmproj-{c['shared_mmproj']}.gguf"
+                    if not mmproj.exists():
+                        run(conv + ["--outtype", c["shared_mmproj"], "--mmproj", "--outfile", mmproj], env=env)
                 ref = make_model(c, tok, proc)
                 load_gguf_weights_into(ref, text, mmproj, c)
                 ref.eval()
                 rows, subset = reference_outputs(ref, proc, images)
                 tag = f"{name}-{variant}"
+                mmproj_name = f"{name}-mmproj.gguf" if "shared_mmproj" in c else f"{tag}-mmproj.gguf"
                 golden = {"generator": "tests/reference/tiny_models.py", "config": c, "variant": variant,
-                          "text_gguf": f"{tag}.gguf", "mmproj_gguf": f"{tag}-mmproj.gguf",
+                          "text_gguf": f"{tag}.gguf", "mmproj_gguf": mmproj_name,
                           "text_sha256": sha256_file(text), "mmproj_sha256": sha256_file(mmproj),
+                          "tensor_types": tensor_types(text),
                           "subset_ids": subset, "prompts": rows, "greedy_official": greedy(ref, proc, images)}
+                if "shared_mmproj" in c:
+                    golden["llama_cpp"] = llama_cpp_last_position(text, ref, rows["text_only"]["input_ids"])
                 gzip_to(text, fixtures / f"{tag}.gguf.gz")
-                gzip_to(mmproj, fixtures / f"{tag}-mmproj.gguf.gz")
+                gzip_to(mmproj, fixtures / mmproj_name.replace(".gguf", ".gguf.gz"))
                 out = ROOT / f"tests/reference/golden/tiny_{tag}.json.gz"
                 with gzip.GzipFile(out, "wb", mtime=0) as g:
                     g.write(json.dumps(golden).encode())
                 print(f"{tag}: text {text.stat().st_size} B, mmproj {mmproj.stat().st_size} B -> "
-                      f"{(fixtures / f'{tag}.gguf.gz').stat().st_size} + {(fixtures / f'{tag}-mmproj.gguf.gz').stat().st_size} B gz")
+                      f"{(fixtures / f'{tag}.gguf.gz').stat().st_size} + {(fixtures / (mmproj_name + '.gz')).stat().st_size} B gz")
 
 
 if __name__ == "__main__":

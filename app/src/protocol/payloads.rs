@@ -136,6 +136,9 @@ pub struct ModelCard {
     pub bytes: u64,
     /// Tensor count per type.
     pub types: BTreeMap<String, u64>,
+    /// Per type, how the chosen backend multiplies it (`quant::decoding`).
+    #[serde(default)]
+    pub decoding: BTreeMap<String, String>,
     /// Decoder layers, width, heads.
     pub layers: usize,
     /// Decoder width.

@@ -153,6 +153,7 @@ pub fn ModelPanel() -> impl IntoView {
                         <dt>"Parameters"</dt><dd data-testid="model-params">{format!("{:.2} M", c.parameters as f64 / 1e6)}</dd>
                         <dt>"Size"</dt><dd>{bytes(c.bytes as f64)}</dd>
                         <dt>"Tensor types"</dt><dd>{c.types.iter().map(|(k, v)| format!("{k}×{v}")).collect::<Vec<_>>().join(", ")}</dd>
+                        <dt>"Decoding"</dt><dd data-testid="model-decoding">{c.decoding.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join("; ")}</dd>
                         <dt>"Decoder"</dt><dd>{format!("{} layers, width {}, vocabulary {}", c.layers, c.hidden, c.vocab)}</dd>
                         <dt>"Vision"</dt><dd>{if c.vision { "yes" } else { "no (text only)" }}</dd>
                         <dt>"Runs on"</dt><dd data-testid="model-compute">{c.compute.clone()}</dd>

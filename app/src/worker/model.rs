@@ -279,6 +279,18 @@ pub async fn load_stored(
         started,
     } = first?;
     let summary = headers.summary();
+    let gpu = device::queues_work(model.decoder.device());
+    let decoding = summary
+        .types
+        .keys()
+        .filter_map(|name| {
+            let ty = rexvqa_engine::gguf::GgmlType::all().find(|t| t.to_string() == *name)?;
+            Some((
+                name.clone(),
+                rexvqa_engine::quant::decoding(ty, gpu)?.to_string(),
+            ))
+        })
+        .collect();
     let card = ModelCard {
         text: text.into(),
         mmproj: mmproj.map(String::from),
@@ -286,6 +298,7 @@ pub async fn load_stored(
         parameters: summary.parameters,
         bytes: summary.bytes,
         types: summary.types,
+        decoding,
         layers: model.decoder.cfg.layers,
         hidden: model.decoder.cfg.hidden,
         vocab: model.decoder.cfg.vocab,

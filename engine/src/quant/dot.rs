@@ -104,6 +104,16 @@ fn by_type<V: Lanes>(ty: GgmlType, words: &[u32], x: &Activations, out: &mut [f3
     }
 }
 
+/// Whether [`dot_rows`] takes `ty` block by block in the factored form (otherwise its rows are
+/// dequantised, then multiplied).
+pub fn factored(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        Q4_0 | Q5_0 | Q8_0 | Q4_K | Q5_K | Q6_K | Q4_1 | Q5_1 | Q3_K | IQ4_NL | IQ4_XS
+    )
+}
+
 /// Eight f32 lanes and the few operations the products need.
 trait Lanes: Copy {
     fn zero() -> Self;
@@ -539,6 +549,25 @@ mod tests {
 
     /// Every type, both compiled forms where the CPU has AVX2/FMA, against f64 products of the
     /// reference dequantisation, within the summation bound the device kernels are held to.
+    /// `factored` says what `by_type` does: a dequantised-rows type gives `float_rows`' bits
+    /// exactly, a factored one (another summation order) does not on random blocks.
+    #[test]
+    fn factored_names_the_types_multiplied_block_by_block() {
+        for ty in GgmlType::all().filter(|t| t.is_supported()) {
+            let k = if ty.block_size() == 1 { 64 } else { 512 };
+            let bytes = random_blocks(ty, 4 * k, 3);
+            let words = pack_rows(ty, &bytes, 4, k).unwrap();
+            let mut rng = SplitMix64::new(5);
+            let xs: Vec<f32> = (0..k).map(|_| rng.unit_f32() * 2.0 - 1.0).collect();
+            let x = Activations::new(&xs, k);
+            let (mut a, mut b) = (vec![0f32; 4], vec![0f32; 4]);
+            by_type::<Portable>(ty, &words, &x, &mut a);
+            float_rows::<Portable>(ty, &words, &x, &mut b);
+            let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert_eq!(same, !factored(ty), "{ty}");
+        }
+    }
+
     #[test]
     fn fused_rows_equal_dequantised_products() {
         for ty in GgmlType::all().filter(|t| t.is_supported()) {

@@ -256,6 +256,24 @@ pub fn supported_names() -> String {
         .join(", ")
 }
 
+/// How this engine multiplies weights of `ty`, in words: on a GPU backend (`gpu`) how the
+/// kernels decode its blocks, on the CPU the form of its product ([`dot`]); `None` for a type
+/// it does not read.
+pub fn decoding(ty: GgmlType, gpu: bool) -> Option<&'static str> {
+    use crate::kernels::quant::{gemv_chunked, staged_in_runs};
+    if !ty.is_supported() {
+        return None;
+    }
+    let id = ty.id();
+    Some(match (gpu, dot::factored(ty)) {
+        (true, _) if gemv_chunked(id) => "runs of 4, chunked matrix–vector",
+        (true, _) if staged_in_runs(id) => "runs of 4",
+        (true, _) => "weight by weight",
+        (false, true) => "factored block products",
+        (false, false) => "dequantised rows",
+    })
+}
+
 /// Byte offsets of the f16 scale fields inside one block of `ty`.
 pub(crate) fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {

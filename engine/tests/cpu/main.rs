@@ -16,4 +16,5 @@ mod gguf_corpus;
 mod image_transformers;
 mod merge;
 mod prompt_transformers;
+mod quant_files;
 mod tokenizer_hf;

@@ -11,7 +11,7 @@ use rexvqa_engine::gguf::{FileSource, Gguf};
 use rexvqa_engine::image::Policy;
 use rexvqa_engine::session::{Mode, Session};
 use rexvqa_engine::tokenizer::Tokenizer;
-use rexvqa_engine::{own, picture};
+use rexvqa_engine::{own, picture, quant};
 
 use crate::common::{ModelArgs, Wall, err, load_model, parse_mode, parse_policy, print_json};
 
@@ -173,6 +173,21 @@ fn run(cli: Cli) -> Result<(), String> {
             let mut src = FileSource::open(&file).map_err(|e| err(&file, e))?;
             let g = Gguf::read(&mut src).map_err(|e| err(&file, e))?;
             let mut out = g.summary_json();
+            // Per type in the file: how each backend multiplies it, or that it is refused.
+            let mut types: Vec<_> = g.tensors.iter().map(|t| t.ty).collect();
+            types.sort();
+            types.dedup();
+            out["decoding"] = types
+                .iter()
+                .map(|&ty| {
+                    let d = match (quant::decoding(ty, true), quant::decoding(ty, false)) {
+                        (Some(gpu), Some(cpu)) => serde_json::json!({"gpu": gpu, "cpu": cpu}),
+                        _ => serde_json::json!("not supported"),
+                    };
+                    (ty.to_string(), d)
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into();
             if tensors {
                 out["tensors"] = g
                     .tensors

@@ -58,6 +58,15 @@ mod small;
 mod tiled;
 
 pub use blocks::dequant_one;
+
+/// Whether the naive and tiled products stage weights of type `ty` four at a time from one
+/// load and one scale (`runs::stage_run`'s own branches) rather than weight by weight.
+pub const fn staged_in_runs(ty: u32) -> bool {
+    matches!(
+        ty,
+        ty::Q4_0 | ty::Q5_0 | ty::Q8_0 | ty::Q4_K | ty::Q5_K | ty::Q6_K
+    )
+}
 pub use gemv::*;
 pub use naive::*;
 pub use tiled::*;
