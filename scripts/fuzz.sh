@@ -51,6 +51,8 @@ tmp="$(mktemp -d)"
 # keeps the rest for the next campaign).
 find "$work" -maxdepth 1 -type f -printf '%s %p\n' | sort -n | awk '{ t += $1; if (t <= 262144) print $2 }' \
   | xargs -r cp -t "$tmp/"
+# Regression files (a fixed finding's input) stay whatever the minimisation kept.
+find "$committed" -maxdepth 1 -type f -name 'regression-*' -exec cp {} "$tmp/" \; 2>/dev/null || true
 rm -rf "$committed" && mkdir -p "$committed" && cp "$tmp"/* "$committed/" 2>/dev/null || true
 rm -rf "$tmp"
 crashes=$(find "engine/fuzz/artifacts/$target" -type f 2>/dev/null | wc -l)

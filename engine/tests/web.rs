@@ -36,6 +36,38 @@ async fn gguf_reads_asynchronously_in_the_browser() {
     assert_eq!(y, quant::dequantize_vec(t.ty, &raw2, 512).unwrap());
 }
 
+/// Every weight type dequantises in the browser to gguf-py's bits: each tensor of the
+/// block-type fixture against the SHA-256 of gguf-py's values (tests/reference/dequant_golden.py).
+#[wasm_bindgen_test]
+fn every_type_dequantises_to_gguf_py_in_the_browser() {
+    use sha2::{Digest, Sha256};
+    const FILE: &[u8] = include_bytes!("../../tests/fixtures/quant_types.gguf");
+    const GOLDEN: &str = include_str!("../../tests/reference/golden/dequant.json");
+    let golden: serde_json::Value = serde_json::from_str(GOLDEN).unwrap();
+    let mut src = SliceSource(FILE.to_vec());
+    let g = Gguf::read(&mut src).unwrap();
+    let mut types = Vec::new();
+    for t in &g.tensors {
+        let raw = g.read_tensor(&mut src, t).unwrap();
+        let n = t.dims.iter().product::<u64>() as usize;
+        let y = quant::dequantize_vec(t.ty, &raw, n).unwrap();
+        let mut h = Sha256::new();
+        y.iter().for_each(|v| h.update(v.to_le_bytes()));
+        assert_eq!(
+            format!("{:x}", h.finalize()),
+            golden["quant_types"][&t.name]["sha256"].as_str().unwrap(),
+            "{}",
+            t.name
+        );
+        types.push(t.ty);
+    }
+    types.dedup();
+    assert_eq!(
+        types.len(),
+        GgmlType::all().filter(|t| t.is_supported()).count()
+    );
+}
+
 /// The CPU path's quantised dot products in the SIMD128 build give, for every weight type, the
 /// bits of the plain 8-lane loops (same operations in the same order; only the registers differ).
 #[wasm_bindgen_test]

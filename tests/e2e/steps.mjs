@@ -74,8 +74,9 @@ export async function assertSameAnswer(page, qid, cli, where) {
   ['A', 'B', 'C', 'D'].forEach((l, i) => assert.ok(Math.abs(probs[l] - cli.probabilities[i]) <= 0.0006, `P(${l})`));
 }
 
-// The native CLI's answer (letter and probabilities) to one question of the synthetic split.
-export function cliAnswer(qid) {
-  return JSON.parse(execFileSync(BIN, ['answer', '--model', join(FIX, 'tiny-q8_0.gguf'), '--mmproj', join(FIX, 'tiny-q8_0-mmproj-224.gguf'),
+// The native CLI's answer (letter and probabilities) to one question of the synthetic split,
+// with the tiny pair or the pair given.
+export function cliAnswer(qid, model = 'tiny-q8_0.gguf', mmproj = 'tiny-q8_0-mmproj-224.gguf') {
+  return JSON.parse(execFileSync(BIN, ['answer', '--model', join(FIX, model), '--mmproj', join(FIX, mmproj),
     '--split', join(FIX, 'rexvqa', 'metadata', 'test_vqa_data.json'), '--id', qid], { encoding: 'utf8' }));
 }

@@ -12,13 +12,15 @@ prompts, the study cache and the image path are unchanged and an encode costs ~1
 The position embedding keeps every 4th row and column of the 64×64 grid. Every other tensor
 and key is copied unchanged.
 
-Usage: python tests/reference/small_image_mmproj.py
-  reads  tests/fixtures/models/tiny-q8_0-mmproj.gguf.gz
-  writes tests/fixtures/models/tiny-q8_0-mmproj-224.gguf.gz
+Usage: python tests/reference/small_image_mmproj.py [NAME]
+  reads  tests/fixtures/models/NAME.gguf.gz (default tiny-q8_0-mmproj)
+  writes tests/fixtures/models/NAME-224.gguf.gz
+(tinyq-mmproj, the smaller downloads' BF16 mmproj, is the other one the end-to-end tests use.)
 Needs gguf-py and numpy (requirements-ci.txt).
 """
 import gzip
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,8 +28,9 @@ import gguf
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-SRC = ROOT / "tests/fixtures/models/tiny-q8_0-mmproj.gguf.gz"
-DST = ROOT / "tests/fixtures/models/tiny-q8_0-mmproj-224.gguf.gz"
+NAME = sys.argv[1] if len(sys.argv) > 1 else "tiny-q8_0-mmproj"
+SRC = ROOT / f"tests/fixtures/models/{NAME}.gguf.gz"
+DST = ROOT / f"tests/fixtures/models/{NAME}-224.gguf.gz"
 SIZE, PATCH, OLD_SIDE = 224, 14, 64
 SIDE = SIZE // PATCH  # 16 patches a side, 256 patches: the 256 image tokens with no pooling
 
@@ -54,8 +57,13 @@ def main():
             if t.name == "v.position_embd.weight":
                 assert shape[0] == OLD_SIDE * OLD_SIDE, shape
                 step = OLD_SIDE // SIDE
-                grid = data.reshape(OLD_SIDE, OLD_SIDE, shape[1])[::step, ::step]
-                w.add_tensor(t.name, np.ascontiguousarray(grid.reshape(SIDE * SIDE, shape[1])))
+                # Rows of any type: BF16 rows come as their bytes.
+                grid = data.reshape(OLD_SIDE, OLD_SIDE, -1)[::step, ::step]
+                grid = np.ascontiguousarray(grid.reshape(SIDE * SIDE, -1))
+                if t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+                    w.add_tensor(t.name, grid)
+                else:
+                    w.add_tensor(t.name, grid, raw_shape=[SIDE * SIDE, shape[1]], raw_dtype=t.tensor_type)
             elif t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
                 w.add_tensor(t.name, data.reshape(shape))
             else:
