@@ -56,6 +56,7 @@ mod naive;
 mod runs;
 mod small;
 mod tiled;
+mod words;
 
 pub use blocks::dequant_one;
 

@@ -9,13 +9,11 @@
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
-use super::blocks::{byte_at, half_at};
 use super::ty;
-#[cfg(doc)]
-use crate::quant::small::KVALUES_IQ4NL;
+use super::words::{byte_at, half_at};
 
-/// IQ4_NL's level for the four-bit index `q` ([`KVALUES_IQ4NL`], as i8 bytes four to a word),
-/// as f32.
+/// IQ4_NL's level for the four-bit index `q`, as f32: `kvalues_iq4nl` (the CPU's
+/// `quant::small::KVALUES_IQ4NL`) as i8 bytes, four to a word.
 #[cube]
 fn iq4_level(q: u32) -> f32 {
     let mut word = 0xBFAD_9881u32;
