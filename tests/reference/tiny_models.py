@@ -9,15 +9,17 @@ For each configuration:
    files compress to a few MB;
 2. converts it with llama.cpp's own converter (convert_hf_to_gguf.py from the PyPI
    llama-cpp-python sdist) to a text GGUF and an mmproj GGUF, then quantises the text GGUF with
-   llama-quantize (Q8_0 / Q4_K_M) and the mmproj with gguf-py (Q8_0) where asked;
+   llama-quantize (Q8_0 / Q4_K_M; "tinyq": Q4_0, Q2_K, Q3_K_M, IQ4_XS, Q5_K_M with an importance
+   matrix from llama-imatrix) and the mmproj with gguf-py (Q8_0) where asked;
 3. loads the *exact* dequantised weights of both GGUF files back into transformers and records,
    for reference prompts (an official ReXVQA prompt with one image, a prompt with two images,
    a text-only prompt), the input ids, the image features and logits at chosen positions.
 
 Outputs: tests/fixtures/models/<name>.gguf.gz, <name>-mmproj.gguf.gz and
 tests/reference/golden/tiny_<name>.json.gz.
-Needs .venv-ref (requirements-ref.txt) and a llama.cpp build (LLAMA_CPP_DIR, default the
-vendored tree of the llama-cpp-python sdist under /work/llama).
+Needs .venv-ref (requirements-ref.txt) and a
+llama.cpp build (LLAMA_CPP_DIR, default the vendored tree of the llama-cpp-python sdist under
+/work/llama; `cmake --build build --target llama-quantize llama-imatrix`).
 Usage: python tests/reference/tiny_models.py [--only NAME]
 
 --hidden-states: step 3 only, on the EXISTING fixtures (no llama.cpp, nothing rebuilt): the
