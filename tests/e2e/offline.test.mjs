@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { serveNginx } from './server.mjs';
 import { launch, openPage } from './browser.mjs';
 import { writeServiceWorker } from '../../scripts/sw-hook.mjs';
-import { DIST, FIX, SLOW, assertSameAnswer, cliAnswer, loadModelFromFiles, loadStoredModel, openDataset, tab } from './steps.mjs';
+import { DIST, FIX, askFirstQuestion, assertSameAnswer, cliAnswer, loadModelFromFiles, loadStoredModel, openDataset } from './steps.mjs';
 
 let context;
 const servers = [];
@@ -51,13 +51,7 @@ test('once opened, the app starts, loads its model and answers with the network 
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
   await loadStoredModel(page);
   await openDataset(page);
-  await tab(page, 'study');
-  const row = page.getByTestId('question-row').first();
-  const qid = (await row.locator('td').first().textContent()).trim();
-  await row.click();
-  await page.getByTestId('question-detail').waitFor();
-  await page.getByTestId('ask-fast').click();
-  await page.getByTestId('ask-answer').waitFor({ timeout: SLOW });
+  const qid = await askFirstQuestion(page);
   await assertSameAnswer(page, qid, cliAnswer(qid), 'the offline page');
 
   const shell = fromWorker.filter(([u]) => u.startsWith(server.url) && !u.startsWith('blob:'));

@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { assertSameAnswer, cliAnswer, FIX, openDataset, servedApp, SLOW, tab } from './steps.mjs';
+import { askFirstQuestion, assertSameAnswer, cliAnswer, FIX, openDataset, servedApp, SLOW, tab } from './steps.mjs';
 
 const openApp = servedApp();
 const MMPROJ = 'tinyq-mmproj-224.gguf';
@@ -37,13 +37,7 @@ test('a Q4_0 file with Q4_1 tensors and an IQ4_XS file load and answer as the CL
       await openDataset(page);
       dataset = true;
     }
-    await tab(page, 'study');
-    const row = page.getByTestId('question-row').first();
-    const qid = (await row.locator('td').first().textContent()).trim();
-    await row.click();
-    await page.getByTestId('question-detail').waitFor();
-    await page.getByTestId('ask-fast').click();
-    await page.getByTestId('ask-answer').waitFor({ timeout: SLOW });
+    const qid = await askFirstQuestion(page);
     await assertSameAnswer(page, qid, cliAnswer(qid, text, MMPROJ), `${text} on ${runsOn}`);
   }
   assert.deepEqual(problems, []);

@@ -63,6 +63,18 @@ export async function openDataset(page) {
   await page.getByTestId('dataset-summary').waitFor({ timeout: 60_000 });
 }
 
+// Opens the Study tab's first question and asks it in fast mode; returns its id once answered.
+export async function askFirstQuestion(page) {
+  await tab(page, 'study');
+  const row = page.getByTestId('question-row').first();
+  const qid = (await row.locator('td').first().textContent()).trim();
+  await row.click();
+  await page.getByTestId('question-detail').waitFor();
+  await page.getByTestId('ask-fast').click();
+  await page.getByTestId('ask-answer').waitFor({ timeout: SLOW });
+  return qid;
+}
+
 // The letter on screen equals the CLI's, and each shown probability (rounded to 0.1 %) is
 // within 0.0006 of the CLI's.
 export async function assertSameAnswer(page, qid, cli, where) {

@@ -368,10 +368,9 @@ impl Blocks for Q5_0 {
         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
         let qs: &[u8; 16] = b[6..22].try_into().unwrap();
         for j in 0..16 {
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            d.q[0][j] = (((qs[j] as u32 & 0x0f) | h0) as i32 - 16) as f32;
-            d.q[0][j + 16] = (((qs[j] as u32 >> 4) | h1) as i32 - 16) as f32;
+            let (x0, x1) = super::q5_pair(qh, qs[j], j);
+            d.q[0][j] = (x0 as i32 - 16) as f32;
+            d.q[0][j + 16] = (x1 as i32 - 16) as f32;
         }
         d.scale[0] = f16_at(b, 0);
     }
@@ -547,8 +546,6 @@ mod tests {
     use crate::quant::{dequantize_vec, random_blocks};
     use crate::rng::SplitMix64;
 
-    /// Every type, both compiled forms where the CPU has AVX2/FMA, against f64 products of the
-    /// reference dequantisation, within the summation bound the device kernels are held to.
     /// `factored` says what `by_type` does: a dequantised-rows type gives `float_rows`' bits
     /// exactly, a factored one (another summation order) does not on random blocks.
     #[test]
@@ -568,6 +565,8 @@ mod tests {
         }
     }
 
+    /// Every type, both compiled forms where the CPU has AVX2/FMA, against f64 products of the
+    /// reference dequantisation, within the summation bound the device kernels are held to.
     #[test]
     fn fused_rows_equal_dequantised_products() {
         for ty in GgmlType::all().filter(|t| t.is_supported()) {

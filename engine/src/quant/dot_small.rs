@@ -4,7 +4,8 @@
 
 use super::{Blocks, Decoded, f16_at};
 use crate::gguf::GgmlType;
-use crate::quant::small::{KVALUES_IQ4NL, iq4_xs_scale, q3_k_scale};
+use crate::quant::q5_pair;
+use crate::quant::small::{iq4_pair, iq4_xs_scale, q3_k_scale};
 
 pub(super) struct Q4_1;
 impl Blocks for Q4_1 {
@@ -34,10 +35,8 @@ impl Blocks for Q5_1 {
         let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
         let qs: &[u8; 16] = b[8..24].try_into().unwrap();
         for j in 0..16 {
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            d.q[0][j] = ((qs[j] as u32 & 0x0f) | h0) as f32;
-            d.q[0][j + 16] = ((qs[j] as u32 >> 4) | h1) as f32;
+            let (x0, x1) = q5_pair(qh, qs[j], j);
+            (d.q[0][j], d.q[0][j + 16]) = (x0 as f32, x1 as f32);
         }
         d.scale[0] = f16_at(b, 0);
         d.min[0] = -f16_at(b, 2);
@@ -82,8 +81,7 @@ impl Blocks for IQ4NL {
     fn decode(b: &[u8], d: &mut Decoded) {
         let qs: &[u8; 16] = b[2..18].try_into().unwrap();
         for j in 0..16 {
-            d.q[0][j] = KVALUES_IQ4NL[usize::from(qs[j] & 0x0f)] as f32;
-            d.q[0][j + 16] = KVALUES_IQ4NL[usize::from(qs[j] >> 4)] as f32;
+            (d.q[0][j], d.q[0][j + 16]) = iq4_pair(qs[j]);
         }
         d.scale[0] = f16_at(b, 0);
     }
@@ -100,8 +98,7 @@ impl Blocks for IQ4XS {
         for g in 0..8 {
             let qs: &[u8; 16] = b[8 + g * 16..24 + g * 16].try_into().unwrap();
             for j in 0..16 {
-                d.q[g][j] = KVALUES_IQ4NL[usize::from(qs[j] & 0x0f)] as f32;
-                d.q[g][j + 16] = KVALUES_IQ4NL[usize::from(qs[j] >> 4)] as f32;
+                (d.q[g][j], d.q[g][j + 16]) = iq4_pair(qs[j]);
             }
             d.scale[g] = dd * (iq4_xs_scale(b, g) - 32) as f32;
         }

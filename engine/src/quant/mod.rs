@@ -36,7 +36,8 @@
 //! integer types.
 //!
 //! # Rooms
-//! The CPU reference is this file and [`small`] (the types of the smaller downloads). [`choice`] picks the kernel and f16 form for a device from
+//! The CPU reference is this file and [`small`] (the types of the smaller downloads).
+//! [`choice`] picks the kernel and f16 form for a device from
 //! its probes ([`probe`] runs the one that needs a kernel); [`ops`] is the `QuantOps` backend
 //! extension with its CPU implementation, `gpu.rs` the CubeCL one over
 //! [`crate::kernels::quant`]; [`qmatrix`] is the weight matrix the model holds. Arrows run one
@@ -143,18 +144,24 @@ fn q4_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// The five-bit values of weights `j` and `j + 16` (`j < 16`) of a Q5_0/Q5_1 block: the nibbles
+/// of `q = qs[j]` under bits `j` and `j + 16` of `qh` (ggml's `xh_0`, `xh_1`).
+#[inline(always)]
+pub(crate) fn q5_pair(qh: u32, q: u8, j: usize) -> (u32, u32) {
+    let xh0 = ((qh >> j) << 4) & 0x10;
+    let xh1 = (qh >> (j + 12)) & 0x10;
+    ((q as u32 & 0x0f) | xh0, (q as u32 >> 4) | xh1)
+}
+
 /// `{f16 d; u8 qh[4]; u8 qs[16]}`: Q4_0 plus a fifth bit per weight from `qh`, offset by 16.
 fn q5_0(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
     let qs = &b[6..22];
     for j in 0..16 {
-        let xh0 = ((qh >> j) << 4) & 0x10;
-        let xh1 = (qh >> (j + 12)) & 0x10;
-        let x0 = ((qs[j] as u32 & 0x0f) | xh0) as i32 - 16;
-        let x1 = ((qs[j] as u32 >> 4) | xh1) as i32 - 16;
-        y[j] = x0 as f32 * d;
-        y[j + 16] = x1 as f32 * d;
+        let (x0, x1) = q5_pair(qh, qs[j], j);
+        y[j] = (x0 as i32 - 16) as f32 * d;
+        y[j + 16] = (x1 as i32 - 16) as f32 * d;
     }
 }
 
@@ -287,6 +294,16 @@ pub(crate) fn f16_fields(ty: GgmlType) -> &'static [usize] {
     }
 }
 
+/// Byte offset of a K-quant block's `dmin`, the scale of the mins it subtracts (real files keep
+/// it positive); Q4_1/Q5_1 add a signed `m` instead.
+fn dmin_field(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => Some(2),
+        GgmlType::Q2_K => Some(82),
+        _ => None,
+    }
+}
+
 /// Random but well-formed blocks of `ty` holding `n` weights: every quant bit pattern occurs,
 /// while scales are finite f16 values in ±2^-4..2^-1 and float weights lie in ±1, so kernels are
 /// tested on all code paths without NaN or overflow.
@@ -316,7 +333,7 @@ pub fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
                 for &at in f16_fields(ty) {
                     let v = sane(&mut rng);
                     // K-quant mins are subtracted, so keep dmin positive as real files do.
-                    let v = if at == 2 || (ty == GgmlType::Q2_K && at == 82) {
+                    let v = if Some(at) == dmin_field(ty) {
                         v.abs()
                     } else {
                         v

@@ -4,12 +4,21 @@
 //! `dequantize_row_*` (ref: ggml/src/ggml-quants.c) operation for operation, as
 //! [`super::dequantize`]'s other types do, so the f32 results are gguf-py's bit for bit.
 
-use super::f16_at;
+use super::{f16_at, q5_pair};
 
 /// IQ4_NL's and IQ4_XS's 16 levels (ref: ggml-common.h `kvalues_iq4nl`).
 pub const KVALUES_IQ4NL: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
+
+/// The levels of the two four-bit indices in byte `q` (weight `j` low, `j + 16` high), as f32.
+#[inline(always)]
+pub fn iq4_pair(q: u8) -> (f32, f32) {
+    (
+        KVALUES_IQ4NL[usize::from(q & 0x0f)] as f32,
+        KVALUES_IQ4NL[usize::from(q >> 4)] as f32,
+    )
+}
 
 /// `{f16 d; f16 m; u8 qs[16]}`: nibble j is weight j, high nibble weight j+16; `d·q + m`.
 pub(super) fn q4_1(b: &[u8], y: &mut [f32]) {
@@ -27,10 +36,9 @@ pub(super) fn q5_1(b: &[u8], y: &mut [f32]) {
     let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
     let qs = &b[8..24];
     for j in 0..16 {
-        let xh0 = ((qh >> j) << 4) & 0x10;
-        let xh1 = (qh >> (j + 12)) & 0x10;
-        y[j] = ((qs[j] as u32 & 0x0f) | xh0) as f32 * d + m;
-        y[j + 16] = ((qs[j] as u32 >> 4) | xh1) as f32 * d + m;
+        let (x0, x1) = q5_pair(qh, qs[j], j);
+        y[j] = x0 as f32 * d + m;
+        y[j + 16] = x1 as f32 * d + m;
     }
 }
 
@@ -91,8 +99,9 @@ pub(super) fn iq4_nl(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
     let qs = &b[2..18];
     for j in 0..16 {
-        y[j] = d * KVALUES_IQ4NL[usize::from(qs[j] & 0x0f)] as f32;
-        y[j + 16] = d * KVALUES_IQ4NL[usize::from(qs[j] >> 4)] as f32;
+        let (l0, l1) = iq4_pair(qs[j]);
+        y[j] = d * l0;
+        y[j + 16] = d * l1;
     }
 }
 
@@ -112,8 +121,9 @@ pub(super) fn iq4_xs(b: &[u8], y: &mut [f32]) {
         let dl = d * (iq4_xs_scale(b, ib) - 32) as f32;
         let qs = &b[8 + ib * 16..24 + ib * 16];
         for j in 0..16 {
-            out[j] = dl * KVALUES_IQ4NL[usize::from(qs[j] & 0x0f)] as f32;
-            out[j + 16] = dl * KVALUES_IQ4NL[usize::from(qs[j] >> 4)] as f32;
+            let (l0, l1) = iq4_pair(qs[j]);
+            out[j] = dl * l0;
+            out[j + 16] = dl * l1;
         }
     }
 }

@@ -59,6 +59,9 @@ mod tiled;
 mod words;
 
 pub use blocks::dequant_one;
+pub use gemv::*;
+pub use naive::*;
+pub use tiled::*;
 
 /// Whether the naive and tiled products stage weights of type `ty` four at a time from one
 /// load and one scale (`runs::stage_run`'s own branches) rather than weight by weight.
@@ -68,9 +71,6 @@ pub const fn staged_in_runs(ty: u32) -> bool {
         ty::Q4_0 | ty::Q5_0 | ty::Q8_0 | ty::Q4_K | ty::Q5_K | ty::Q6_K
     )
 }
-pub use gemv::*;
-pub use naive::*;
-pub use tiled::*;
 
 /// `√(2/π)` and the cubic coefficient of GELU's tanh approximation (as in
 /// [`crate::model::nn::gelu_tanh`]).

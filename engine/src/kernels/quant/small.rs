@@ -10,7 +10,7 @@ use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
 use super::ty;
-use super::words::{byte_at, half_at};
+use super::words::{byte_at, half_at, signed_byte};
 
 /// IQ4_NL's level for the four-bit index `q`, as f32: `kvalues_iq4nl` (the CPU's
 /// `quant::small::KVALUES_IQ4NL`) as i8 bytes, four to a word.
@@ -24,12 +24,7 @@ fn iq4_level(q: u32) -> f32 {
     } else if q >= 4u32 {
         word = 0xF6EA_DDCFu32;
     }
-    let b = (word >> ((q % 4u32) * 8u32)) & 0xFFu32;
-    let mut v = f32::cast_from(b);
-    if b >= 128u32 {
-        v -= 256.0f32;
-    }
-    v
+    signed_byte((word >> ((q % 4u32) * 8u32)) & 0xFFu32)
 }
 
 /// The nibble of weight `i` (of 32) in a Q4_0-style run of 16 bytes at byte `off`: weight
