@@ -50,7 +50,7 @@ e2e_fixtures() {
   # The same images as the archive ReXGradient-160K ships: tar | zstd, split into numbered parts.
   mkdir -p "$dir/archive" && tar -C "$dir/rexvqa" -cf - deid_png | zstd -q -c \
     | split -d -b 120000 - "$dir/archive/deid_png.part" || return 1
-  for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf tiny-q8_0-mmproj-224.gguf tinyq-q4_0.gguf tinyq-iq4_xs.gguf tinyq-mmproj-224.gguf; do gzip -dc "tests/fixtures/models/$f.gz" > "$dir/$f" || return 1; done
+  for f in tiny-q8_0.gguf tiny-q8_0-mmproj.gguf tiny-q8_0-mmproj-224.gguf tinyq-q4_0.gguf tinyq-iq4_xs.gguf tinyq-iq2_m.gguf tinyq-mmproj-224.gguf; do gzip -dc "tests/fixtures/models/$f.gz" > "$dir/$f" || return 1; done
   "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj-224.gguf" \
     --split "$dir/rexvqa/metadata/test_vqa_data.json" --out "$dir/cli/pred.json" || return 1
   "$REXVQA_BIN" eval --model "$dir/tiny-q8_0.gguf" --mmproj "$dir/tiny-q8_0-mmproj-224.gguf" \

@@ -1,5 +1,6 @@
 // End-to-end: the smaller downloads in the browser. The Q4_0 file llama-quantize makes with an
-// importance matrix (its first ffn_down is Q4_1) and an IQ4_XS file, each with the BF16 mmproj
+// importance matrix (its first ffn_down is Q4_1), an IQ4_XS file and an IQ2_M file (IQ2_S and IQ3_S,
+// codebook types), each with the BF16 mmproj
 // (at 224 px, tests/reference/small_image_mmproj.py), load on WebGPU; the model card says how
 // each type is decoded, and each pair answers a question of the synthetic split as the native
 // CLI does on the same files.
@@ -24,11 +25,12 @@ async function loadPair(page, text) {
   };
 }
 
-test('a Q4_0 file with Q4_1 tensors and an IQ4_XS file load and answer as the CLI does', { timeout: 1_200_000 }, async () => {
+test('a Q4_0 file with Q4_1 tensors, an IQ4_XS and an IQ2_M file load and answer as the CLI does', { timeout: 1_200_000 }, async () => {
   const { page, problems, offHost } = await openApp();
   await page.getByTestId('gpu-ready').waitFor({ timeout: 60_000 });
   let dataset = false;
-  for (const [text, types] of [['tinyq-q4_0.gguf', ['Q4_0', 'Q4_1']], ['tinyq-iq4_xs.gguf', ['IQ4_XS']]]) {
+  for (const [text, types] of [['tinyq-q4_0.gguf', ['Q4_0', 'Q4_1']], ['tinyq-iq4_xs.gguf', ['IQ4_XS']],
+    ['tinyq-iq2_m.gguf', ['IQ2_S', 'IQ3_S']]]) {
     const { runsOn, decoding } = await loadPair(page, text);
     console.log(`${text}: runs on ${runsOn}; decoding ${decoding}`);
     assert.match(runsOn, /^WebGPU/);

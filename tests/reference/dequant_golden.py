@@ -23,11 +23,12 @@ from gguf.quants import dequantize
 ROOT = Path(__file__).resolve().parents[2]
 # New types go at the end: the tensors before them keep their random bytes.
 TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K,
-         T.Q4_1, T.Q5_1, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS]
+         T.Q4_1, T.Q5_1, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS,
+         T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S]
 # Byte offsets of f16 scale fields inside one block, which must be finite.
 F16_FIELDS = {T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
               T.Q4_1: [0, 2], T.Q5_1: [0, 2], T.Q2_K: [80, 82], T.Q3_K: [108], T.IQ4_NL: [0],
-              T.IQ4_XS: [0]}
+              T.IQ4_XS: [0], T.IQ2_XXS: [0], T.IQ2_XS: [0], T.IQ2_S: [0], T.IQ3_XXS: [0], T.IQ3_S: [0]}
 # Fields that are mins (subtracted), kept positive as real files keep them.
 MIN_FIELDS = {T.Q4_K: 2, T.Q5_K: 2, T.Q2_K: 82}
 

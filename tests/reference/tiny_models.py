@@ -9,8 +9,8 @@ For each configuration:
    files compress to a few MB;
 2. converts it with llama.cpp's own converter (convert_hf_to_gguf.py from the PyPI
    llama-cpp-python sdist) to a text GGUF and an mmproj GGUF, then quantises the text GGUF with
-   llama-quantize (Q8_0 / Q4_K_M; "tinyq": Q4_0, Q2_K, Q3_K_M, IQ4_XS, Q5_K_M with an importance
-   matrix from llama-imatrix) and the mmproj with gguf-py (Q8_0) where asked;
+   llama-quantize (Q8_0 / Q4_K_M; "tinyq": Q4_0, Q2_K, Q3_K_M, IQ4_XS, Q5_K_M, IQ3_M, IQ2_M with
+   an importance matrix from llama-imatrix) and the mmproj with gguf-py (Q8_0) where asked;
 3. loads the *exact* dequantised weights of both GGUF files back into transformers and records,
    for reference prompts (an official ReXVQA prompt with one image, a prompt with two images,
    a text-only prompt), the input ids, the image features and logits at chosen positions.
@@ -20,7 +20,7 @@ tests/reference/golden/tiny_<name>.json.gz.
 Needs .venv-ref (requirements-ref.txt) and a
 llama.cpp build (LLAMA_CPP_DIR, default the vendored tree of the llama-cpp-python sdist under
 /work/llama; `cmake --build build --target llama-quantize llama-imatrix`).
-Usage: python tests/reference/tiny_models.py [--only NAME]
+Usage: python tests/reference/tiny_models.py [--only NAME] [--variants V1,V2]
 
 --hidden-states: step 3 only, on the EXISTING fixtures (no llama.cpp, nothing rebuilt): the
 per-layer intermediates of hidden_capture.py for every prompt and both reference images'
@@ -61,11 +61,13 @@ CONFIGS = {
     # gives the first eighth of ffn_down Q4_1 in a Q4_0 file (8 layers: layer 0's).
     "tinyq": dict(hidden=256, inter=256, layers=8, heads=4, kv=2, head_dim=64, window=128,
                   v_hidden=96, v_inter=192, v_layers=2, v_heads=2,
-                  variants=["q4_0", "q2_k", "q3_k_m", "iq4_xs", "q5_k_m"], seed=3, shared_mmproj="bf16",
+                  variants=["q4_0", "q2_k", "q3_k_m", "iq4_xs", "q5_k_m", "iq3_m", "iq2_m"], seed=3,
+                  shared_mmproj="bf16",
                   imatrix=True),
 }
 # llama-quantize's name for each variant of "tinyq".
-FTYPES = {"q4_0": "Q4_0", "q2_k": "Q2_K", "q3_k_m": "Q3_K_M", "iq4_xs": "IQ4_XS", "q5_k_m": "Q5_K_M"}
+FTYPES = {"q4_0": "Q4_0", "q2_k": "Q2_K", "q3_k_m": "Q3_K_M", "iq4_xs": "IQ4_XS", "q5_k_m": "Q5_K_M",
+          "iq3_m": "IQ3_M", "iq2_m": "IQ2_M"}
 
 
 def user_text(question, options):
@@ -516,6 +518,7 @@ def hidden_states_main(only):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
+    ap.add_argument("--variants", help="comma-separated: only these variants of the model(s)")
     ap.add_argument("--hidden-states", action="store_true")
     args = ap.parse_args()
     if args.hidden_states:
@@ -539,6 +542,8 @@ def main():
             run(conv + ["--outtype", "f32", "--outfile", tmp / "text-f32.gguf"], env=env)
             run(conv + ["--outtype", "f32", "--mmproj", "--outfile", tmp / "mmproj-f32.gguf"], env=env)
             for variant in c["variants"]:
+                if args.variants and variant not in args.variants.split(","):
+                    continue
                 text = tmp / f"text-{variant}.gguf"
                 mmproj = tmp / f"mmproj-{variant}.gguf"
                 if variant == "f32":

@@ -126,6 +126,11 @@ impl GgmlType {
                 | GgmlType::Q3_K
                 | GgmlType::IQ4_NL
                 | GgmlType::IQ4_XS
+                | GgmlType::IQ2_XXS
+                | GgmlType::IQ2_XS
+                | GgmlType::IQ2_S
+                | GgmlType::IQ3_XXS
+                | GgmlType::IQ3_S
         )
     }
 

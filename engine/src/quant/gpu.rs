@@ -36,6 +36,11 @@ macro_rules! by_type {
             ty::Q3_K => $launch(ty::Q3_K),
             ty::IQ4_NL => $launch(ty::IQ4_NL),
             ty::IQ4_XS => $launch(ty::IQ4_XS),
+            ty::IQ2_XXS => $launch(ty::IQ2_XXS),
+            ty::IQ2_XS => $launch(ty::IQ2_XS),
+            ty::IQ2_S => $launch(ty::IQ2_S),
+            ty::IQ3_XXS => $launch(ty::IQ3_XXS),
+            ty::IQ3_S => $launch(ty::IQ3_S),
             other => unreachable!("QMatrix never stores ggml type {other}"),
         }
     };

@@ -4,16 +4,21 @@
 //! Q4_0 (18 B) blocks are not word-aligned, so each block is padded with zero bytes to a
 //! multiple of 4. The padding is the only change: block bytes are kept verbatim, so the
 //! repacking is lossless and the kernels decode exactly ggml's bits. F16/BF16 rows hold two
-//! values per word (a row of odd length gets one zero half); F32 holds one.
+//! values per word (a row of odd length gets one zero half); F32 holds one. The IQ2/IQ3
+//! codebook types are the exception: their blocks are expanded ([`super::iq::expand`], also
+//! lossless) so that kernels need no codebook.
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("packed GGUF rows are read as little-endian words (see dequantize_packed)");
 
-use super::{QuantError, dequantize};
+use super::{QuantError, dequantize, iq};
 use crate::gguf::GgmlType;
 
 /// Bytes of one padded block (or 4 for F32, 2 for F16/BF16 element pairs handled per row).
 pub fn padded_block_bytes(ty: GgmlType) -> usize {
+    if iq::is_iq(ty) {
+        return iq::expanded_bytes(ty);
+    }
     (ty.type_size() as usize).next_multiple_of(4)
 }
 
@@ -55,7 +60,11 @@ pub fn pack_rows(
             _ => {
                 let (ts, pb) = (ty.type_size() as usize, padded_block_bytes(ty));
                 for (i, block) in row.chunks_exact(ts).enumerate() {
-                    buf[i * pb..i * pb + ts].copy_from_slice(block);
+                    if iq::is_iq(ty) {
+                        iq::expand(ty, block, &mut buf[i * pb..(i + 1) * pb]);
+                    } else {
+                        buf[i * pb..i * pb + ts].copy_from_slice(block);
+                    }
                 }
             }
         }
@@ -100,7 +109,11 @@ pub fn dequantize_packed(
             _ => {
                 let bs = ty.block_size() as usize;
                 for (b, yb) in y.chunks_exact_mut(bs).enumerate() {
-                    dequantize(ty, &row_bytes[b * pb..b * pb + ts], yb)?;
+                    if iq::is_iq(ty) {
+                        iq::dequant_expanded(ty, &row_bytes[b * pb..(b + 1) * pb], yb);
+                    } else {
+                        dequantize(ty, &row_bytes[b * pb..b * pb + ts], yb)?;
+                    }
                 }
             }
         }

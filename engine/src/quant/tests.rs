@@ -146,6 +146,7 @@ fn an_unsupported_type_names_every_supported_one() {
     assert_eq!(
         e,
         "tensor type IQ1_S is not supported (supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, \
-         Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16)"
+         Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, \
+         BF16)"
     );
 }

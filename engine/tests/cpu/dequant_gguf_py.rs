@@ -61,7 +61,7 @@ fn every_supported_type_matches_gguf_py() {
         &common::repo_root().join("tests/fixtures/quant_types.gguf"),
         &g["quant_types"],
     );
-    assert_eq!(n, 30);
+    assert_eq!(n, 40);
 }
 
 #[test]

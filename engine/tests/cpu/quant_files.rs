@@ -48,12 +48,21 @@ fn inspect_names_each_type_and_how_it_is_multiplied() {
     let (_, out, _) = rexvqa(&["inspect", s(&text)]);
     let j: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["decoding"]["Q2_K"]["cpu"], "dequantised rows");
+    let (text, _) = pair("iq2_m");
+    let (_, out, _) = rexvqa(&["inspect", s(&text)]);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        j["decoding"]["IQ2_S"],
+        serde_json::json!({"gpu": "weight by weight, codebook expanded", "cpu": "dequantised rows"})
+    );
 }
 
 #[test]
 fn ask_answers_with_each_smaller_download() {
     let image = common::repo_root().join("tests/fixtures/images/tiny_ref_0.png");
-    for variant in ["q4_0", "q2_k", "q3_k_m", "iq4_xs", "q5_k_m"] {
+    for variant in [
+        "q4_0", "q2_k", "q3_k_m", "iq4_xs", "q5_k_m", "iq3_m", "iq2_m",
+    ] {
         let (text, mmproj) = pair(variant);
         let (ok, out, err) = rexvqa(&[
             "ask",
@@ -130,7 +139,8 @@ fn a_refused_type_names_the_tensor_the_type_and_the_supported_ones() {
     assert!(
         err.contains(
             "blk.1.attn_q.weight: tensor type IQ1_S is not supported (supported: F32, F16, Q4_0, \
-             Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16)"
+             Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, \
+             IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, BF16)"
         ),
         "{err}"
     );

@@ -1,6 +1,6 @@
 //! The smaller files people download ("tinyq" in tests/reference/tiny_models.py): one f32
-//! checkpoint quantised by llama-quantize to Q4_0 (with its Q4_1 tensors), Q2_K, Q3_K_M, IQ4_XS
-//! and Q5_K_M, sharing a BF16 mmproj. Each against transformers on its exactly dequantised
+//! checkpoint quantised by llama-quantize to Q4_0 (with its Q4_1 tensors), Q2_K, Q3_K_M, IQ4_XS,
+//! Q5_K_M, IQ3_M and IQ2_M, sharing a BF16 mmproj. Each against transformers on its exactly dequantised
 //! weights, as the Q4_K_M fixture is, and at the text prompt's last position against llama.cpp
 //! on the same file.
 
@@ -9,7 +9,7 @@ use rexvqa_engine::gguf::GgmlType;
 
 /// Each variant and the block types its file must hold (so a fixture that stopped exercising
 /// a type fails here rather than passing quietly).
-const VARIANTS: [(&str, &[GgmlType]); 5] = [
+const VARIANTS: [(&str, &[GgmlType]); 7] = [
     ("tinyq-q4_0", &[GgmlType::Q4_0, GgmlType::Q4_1]),
     ("tinyq-q2_k", &[GgmlType::Q2_K, GgmlType::Q3_K]),
     (
@@ -18,6 +18,8 @@ const VARIANTS: [(&str, &[GgmlType]); 5] = [
     ),
     ("tinyq-iq4_xs", &[GgmlType::IQ4_XS]),
     ("tinyq-q5_k_m", &[GgmlType::Q5_K, GgmlType::Q6_K]),
+    ("tinyq-iq3_m", &[GgmlType::IQ3_S, GgmlType::Q4_K]),
+    ("tinyq-iq2_m", &[GgmlType::IQ2_S, GgmlType::IQ3_S]),
 ];
 
 /// The engine's logits at the golden's llama.cpp position against llama.cpp's there: the same
@@ -119,13 +121,13 @@ fn smaller_downloads_on_cpu_match_transformers_and_llama_cpp() {
 }
 
 /// On lavapipe, the files that hold the types new to the GPU kernels (Q4_1, Q2_K, Q3_K,
-/// IQ4_XS); the conformance tests cover every type on every kernel form, and each variant costs
+/// IQ4_XS, IQ2_S, IQ3_S); the conformance tests cover every type on every kernel form, and each variant costs
 /// two 896-px encodes (~20 s here).
 #[test]
 fn smaller_downloads_on_wgpu_match_transformers_and_llama_cpp() {
     let dev = device::wgpu().expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     for (tag, types) in VARIANTS {
-        if ["tinyq-q4_0", "tinyq-q2_k", "tinyq-iq4_xs"].contains(&tag) {
+        if ["tinyq-q4_0", "tinyq-q2_k", "tinyq-iq4_xs", "tinyq-iq2_m"].contains(&tag) {
             variant_matches(tag, types, &dev);
         }
     }

@@ -8,6 +8,7 @@
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
+use super::iq::{dequant_iq, is_iq};
 use super::small::dequant_small;
 use super::ty;
 pub(super) use super::words::*;
@@ -135,6 +136,8 @@ pub fn dequant_one<H: CubePrimitive>(
         let q = f32::cast_from(lo | (hi << 4u32)) - 32.0f32;
         let sc = signed_byte(byte_at(w, base, 192 + n * 8 + l / 16 + 2 * quarter));
         v = d * sc * q;
+    } else if comptime!(is_iq(ty)) {
+        v = dequant_iq(w, wh, row, j, ty, native);
     } else {
         v = dequant_small(w, wh, row, j, ty, native);
     }

@@ -32,8 +32,18 @@ pub mod ty {
     pub const Q2_K: u32 = 10;
     /// Q3_K.
     pub const Q3_K: u32 = 11;
+    /// IQ2_XXS.
+    pub const IQ2_XXS: u32 = 16;
+    /// IQ2_XS.
+    pub const IQ2_XS: u32 = 17;
+    /// IQ3_XXS.
+    pub const IQ3_XXS: u32 = 18;
     /// IQ4_NL.
     pub const IQ4_NL: u32 = 20;
+    /// IQ3_S.
+    pub const IQ3_S: u32 = 21;
+    /// IQ2_S.
+    pub const IQ2_S: u32 = 22;
     /// IQ4_XS.
     pub const IQ4_XS: u32 = 23;
     /// Q5_0.
@@ -52,6 +62,7 @@ pub mod ty {
 
 mod blocks;
 mod gemv;
+mod iq;
 mod naive;
 mod runs;
 mod small;
@@ -60,6 +71,7 @@ mod words;
 
 pub use blocks::dequant_one;
 pub use gemv::*;
+pub use iq::is_iq;
 pub use naive::*;
 pub use tiled::*;
 
