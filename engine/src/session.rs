@@ -458,26 +458,10 @@ impl<'m> Session<'m> {
         prompts: &[(Vec<u32>, Vec<Letter>)],
         images: &[Tensor<2>],
     ) -> Result<Vec<OptionScores>, ModelError> {
-        let mut lcp = match prompts {
-            [] => return Ok(Vec::new()),
-            [(p, letters)] => return Ok(vec![self.score_options(p, images, letters).await?]),
-            [(first, _), rest @ ..] => rest.iter().fold(first.len(), |n, (p, _)| {
-                first
-                    .iter()
-                    .zip(p)
-                    .take(n)
-                    .take_while(|(a, b)| a == b)
-                    .count()
-            }),
-        };
-        // Every branch needs at least its own last token, and none may start inside an image.
-        lcp = prompts
-            .iter()
-            .fold(lcp, |n, (p, _)| n.min(p.len().saturating_sub(1)));
-        let first = &prompts[0].0;
-        while lcp > 0 && first[lcp] == ids::IMAGE_SOFT && first[lcp - 1] == ids::IMAGE_SOFT {
-            lcp -= 1;
+        if let [(p, letters)] = prompts {
+            return Ok(vec![self.score_options(p, images, letters).await?]);
         }
+        let lcp = branch_point(prompts.iter().map(|(p, _)| p.as_slice()));
         if lcp == 0 {
             let mut out = Vec::with_capacity(prompts.len());
             for (p, letters) in prompts {
@@ -487,6 +471,7 @@ impl<'m> Session<'m> {
         }
         // Prefill the prefix (its last token is recomputed: `run` always computes one).
         self.before_pass().await?;
+        let first = &prompts[0].0;
         let in_prefix = count_image_runs(&first[..lcp]).min(images.len());
         let (_, cache) = self.run(&first[..lcp], &images[..in_prefix])?;
         let prefix_computed = self.last_computed;
@@ -541,6 +526,57 @@ impl<'m> Session<'m> {
         out
     }
 
+    /// [`Session::generate`] for several prompts over the same `images` (one study's questions
+    /// in official mode): their shared prefix is prefilled once and their remainders run as
+    /// branches of one pass, as [`Session::score_many`] runs them, each keeping its own keys;
+    /// then each reply is decoded from its own cache. `on_token` also gets the prompt's index.
+    /// Returns each prompt's generated ids.
+    pub async fn generate_many(
+        &mut self,
+        prompts: &[Vec<u32>],
+        images: &[Tensor<2>],
+        max_new: usize,
+        on_token: &mut dyn FnMut(usize, u32, &str) -> ControlFlow<()>,
+    ) -> Result<Vec<Vec<u32>>, ModelError> {
+        let lcp = branch_point(prompts.iter().map(Vec::as_slice));
+        if prompts.len() < 2 || lcp == 0 {
+            let mut out = Vec::with_capacity(prompts.len());
+            for (i, p) in prompts.iter().enumerate() {
+                out.push(
+                    self.generate(p, images, max_new, &mut |id, text| on_token(i, id, text))
+                        .await?,
+                );
+            }
+            return Ok(out);
+        }
+        self.before_pass().await?;
+        let first = &prompts[0];
+        let in_prefix = count_image_runs(&first[..lcp]).min(images.len());
+        let (_, cache) = self.run(&first[..lcp], &images[..in_prefix])?;
+        let prefix_computed = self.last_computed;
+        let rest = &images[in_prefix..];
+        let branches: Vec<(&[u32], &[Tensor<2>])> =
+            prompts.iter().map(|p| (&p[lcp..], rest)).collect();
+        let (h, caches) = self
+            .model
+            .decoder
+            .forward_branches_kept(&branches, &cache)?;
+        drop(cache);
+        self.last_computed = prefix_computed + branches.iter().map(|b| b.0.len()).sum::<usize>();
+        let hidden = self.model.decoder.cfg.hidden;
+        let mut out = Vec::with_capacity(prompts.len());
+        for (i, mut cache) in caches.into_iter().enumerate() {
+            let h = h.clone().slice([i..i + 1, 0..hidden]);
+            let ids = self
+                .decode(h, &mut cache, max_new, &mut |id, text| {
+                    on_token(i, id, text)
+                })
+                .await?;
+            out.push(ids);
+        }
+        Ok(out)
+    }
+
     /// [`Session::generate`]'s tokens after the prompt's last hidden state `h`, whose keys and
     /// values `cache` holds.
     async fn decode(
@@ -586,6 +622,23 @@ impl<'m> Session<'m> {
         }
         Ok(out)
     }
+}
+
+/// Where several prompts branch: the length of their shared prefix, less what each needs of
+/// its own (at least its last token) and never inside an image run; 0 when they share nothing
+/// worth a pass of its own.
+fn branch_point<'a>(prompts: impl Iterator<Item = &'a [u32]> + Clone) -> usize {
+    let Some(first) = prompts.clone().next() else {
+        return 0;
+    };
+    let mut lcp = prompts.fold(first.len(), |n, p| {
+        let shared = first.iter().zip(p).take(n).take_while(|(a, b)| a == b);
+        shared.count().min(p.len().saturating_sub(1))
+    });
+    while lcp > 0 && first[lcp] == ids::IMAGE_SOFT && first[lcp - 1] == ids::IMAGE_SOFT {
+        lcp -= 1;
+    }
+    lcp
 }
 
 /// A small u32 tensor's values on the host.

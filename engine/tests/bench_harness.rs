@@ -297,6 +297,11 @@ fn dry_runs_count_what_real_runs_do() {
         ),
         ("question", dry.question.as_ref(), real.question.as_ref()),
         ("batched", dry.batched.as_ref(), real.batched.as_ref()),
+        (
+            "official batched",
+            dry.official_batched.as_ref(),
+            real.official_batched.as_ref(),
+        ),
     ] {
         let (d, r) = (d.unwrap(), r.unwrap());
         assert!(

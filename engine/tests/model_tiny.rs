@@ -7,7 +7,8 @@ mod quant_files;
 
 use burn::tensor::{Device, Tensor};
 use common::eval::{
-    MemJournal, NoClock, StopAfter, official_stopping_agrees, one_study, synthetic,
+    MemJournal, NoClock, StopAfter, batched_official_agrees, official_stopping_agrees, one_study,
+    synthetic,
 };
 use common::layers::{self, Recorder, StageError};
 use rexvqa_engine::device;
@@ -586,6 +587,11 @@ fn tiny_q8_0_on_cpu_matches_transformers_on_the_dequantised_weights() {
             "within {max_new_tokens} tokens"
         );
     }
+    let base = Settings {
+        max_new_tokens: 64,
+        ..base
+    };
+    assert_eq!(batched_official_agrees(&c.model, &split, &store, &base), 6);
 }
 
 #[test]
@@ -623,6 +629,7 @@ fn on_wgpu_matches_transformers(tag: &str, tol: f32) {
         };
         let (_, stopped) = official_stopping_agrees(&c.model, &split, &store, &base);
         assert_eq!(stopped.stopped_at_letter, 2);
+        assert_eq!(batched_official_agrees(&c.model, &split, &store, &base), 2);
         layers::assert_within(
             &format!("{tag} per layer on wgpu"),
             &per_layer(&c, tag),

@@ -20,11 +20,19 @@ pub struct PassCounts {
     pub question: Option<Counts>,
     /// `questions` questions of a study scored in one batched pass.
     pub batched: Option<Counts>,
-    /// Questions in the batched pass.
+    /// The same questions in official mode ([`Session::generate_many`]): their batched
+    /// prefill, then each reply decoded to [`OFFICIAL_TOKENS`] tokens.
+    #[serde(default)]
+    pub official_batched: Option<Counts>,
+    /// Questions in the batched passes.
     pub questions: usize,
     /// One image encode.
     pub image: Option<Counts>,
 }
+
+/// Tokens a reply is counted to in [`PassCounts::official_batched`]: where Gemma 3 270M's real
+/// replies settle their official letter (`engine/tests/cpu/gemma270m.rs`).
+pub const OFFICIAL_TOKENS: usize = 2;
 
 /// Counts the dispatches, reads and uploads of one decoded token, fast-mode questions and one
 /// image encode (the last two need a vision tower), under a CubeCL dry run: every launch is
@@ -117,6 +125,13 @@ pub async fn count_passes_now(model: &Model, questions: usize) -> Result<PassCou
             .score_many(&prompts, std::slice::from_ref(&f))
             .await?;
         pc.batched = Some(c.finish());
+        let prompts: Vec<Vec<u32>> = prompts.into_iter().map(|(p, _)| p).collect();
+        let c = launches::count();
+        let go_on = &mut |_, _, _: &str| std::ops::ControlFlow::Continue(());
+        session
+            .generate_many(&prompts, std::slice::from_ref(&f), OFFICIAL_TOKENS, go_on)
+            .await?;
+        pc.official_batched = Some(c.finish());
     }
     Ok(pc)
 }

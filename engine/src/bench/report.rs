@@ -151,6 +151,10 @@ pub struct BenchReport {
     /// (what evaluation does).
     #[serde(default)]
     pub dispatches_per_question_batched: Option<f64>,
+    /// Kernel dispatches per question of a study's official questions batched: the prefill
+    /// pass shared out, then each reply's own tokens (to [`super::counts::OFFICIAL_TOKENS`]).
+    #[serde(default)]
+    pub dispatches_per_official_question_batched: Option<f64>,
     /// Kernel dispatches of one image encode (vision tower and projector).
     #[serde(default)]
     pub dispatches_per_image: Option<u64>,
@@ -186,6 +190,10 @@ impl BenchReport {
         self.dispatches_per_question = pc.question.as_ref().map(|c| c.dispatches);
         self.dispatches_per_question_batched = pc
             .batched
+            .as_ref()
+            .map(|c| c.dispatches as f64 / pc.questions.max(1) as f64);
+        self.dispatches_per_official_question_batched = pc
+            .official_batched
             .as_ref()
             .map(|c| c.dispatches as f64 / pc.questions.max(1) as f64);
         self.dispatches_per_image = pc.image.as_ref().map(|c| c.dispatches);

@@ -187,46 +187,66 @@ pub async fn answer(
             fill_scores(&mut a, sc);
         }
         Mode::Official => {
-            // Stopped only where that cuts the reply short: a letter settled by the last token
-            // allowed ends a full reply.
-            let (mut stopped, mut n) = (false, 0);
+            let mut stop = Stopper::default();
             let out = session
                 .generate(&ids, &feats, s.max_new_tokens, &mut |_, text| {
                     on_text(text);
-                    n += 1;
-                    stopped = s.stop_at_letter
-                        && n < s.max_new_tokens
-                        && score::official_letter_settled(text).is_some();
-                    if stopped {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
+                    stop.on_text(s, text)
                 })
                 .await?;
-            let text = session.model().tokenizer.decode(&out, true);
-            a.prediction = score::extract(&text, Extraction::Official);
-            a.robust = (!stopped)
-                .then(|| score::extract(&text, Extraction::Robust))
-                .flatten();
-            a.stopped_at_letter = stopped;
-            a.tokens = out.len();
-            a.response = text;
+            fill_reply(&mut a, session, &out, stop.stopped);
         }
     }
     a.ms = clock.now_ms() - t0;
     Ok(a)
 }
 
+/// Stops an official reply at its settled letter when the settings ask for it, and only where
+/// that cuts the reply short: a letter settled by the last token allowed ends a full reply.
+#[derive(Default)]
+struct Stopper {
+    tokens: usize,
+    stopped: bool,
+}
+
+impl Stopper {
+    /// Sees the reply's text after each token; breaks once its official letter is settled.
+    fn on_text(&mut self, s: &Settings, text: &str) -> ControlFlow<()> {
+        self.tokens += 1;
+        self.stopped = s.stop_at_letter
+            && self.tokens < s.max_new_tokens
+            && score::official_letter_settled(text).is_some();
+        if self.stopped {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
+/// An official reply's fields: its text, both extractions (the robust one of full replies
+/// only: it reads the whole reply) and how it ended.
+fn fill_reply(a: &mut Answer, session: &Session<'_>, out: &[u32], stopped: bool) {
+    let text = session.model().tokenizer.decode(out, true);
+    a.prediction = score::extract(&text, Extraction::Official);
+    a.robust = (!stopped)
+        .then(|| score::extract(&text, Extraction::Robust))
+        .flatten();
+    a.stopped_at_letter = stopped;
+    a.tokens = out.len();
+    a.response = text;
+}
+
 /// Questions of one study answered in one batch at most: a ReXVQA study has ~4, and each one more
 /// adds a question's activations (~360 rows) to the peak device memory.
 pub const STUDY_BATCH: usize = 4;
 
-/// Answers questions of one study together. In fast mode on a GPU backend, questions over the
-/// same images are scored in one batched pass ([`Session::score_many`]) and share its time
-/// equally in `ms`; otherwise they are answered one by one. Why only there: batching measured
-/// faster on wgpu (lavapipe) but slower on the CPU, where a bigger matrix gains nothing
-/// (`bench/JOURNAL.md`, study batching).
+/// Answers questions of one study together. On a GPU backend, questions over the same images
+/// are prefilled in one batched pass and share its time equally in `ms`: in fast mode that pass
+/// scores them ([`Session::score_many`]); in official mode each reply is then decoded from its
+/// own cache ([`Session::generate_many`]). Otherwise they are answered one by one. Why only
+/// there: batching measured faster on wgpu (lavapipe) but slower on the CPU, where a bigger
+/// matrix gains nothing (`bench/JOURNAL.md`, study batching).
 pub async fn answer_study(
     session: &mut Session<'_>,
     records: &[&Record],
@@ -238,13 +258,25 @@ pub async fn answer_study(
         .windows(2)
         .all(|w| image_paths(w[0], s) == image_paths(w[1], s));
     let gains = crate::device::queues_work(session.model().device());
-    if s.mode != Mode::Fast || !same_images || records.len() < 2 || !gains {
+    if !same_images || records.len() < 2 || !gains {
         let mut out = Vec::with_capacity(records.len());
         for r in records {
             out.push(answer(session, r, s, images, clock, &mut |_| {}).await?);
         }
         return Ok(out);
     }
+    answer_together(session, records, s, images, clock).await
+}
+
+/// [`answer_study`]'s batched form on any backend (it is taken only where it gains; the tests
+/// hold it to answering one by one on every backend). The `records` must use the same images.
+pub async fn answer_together(
+    session: &mut Session<'_>,
+    records: &[&Record],
+    s: &Settings,
+    images: &impl ImageStore,
+    clock: &impl Clock,
+) -> Result<Vec<Answer>, ModelError> {
     let t0 = clock.now_ms();
     let (feats, missing) = features(session, records[0], s, images).await?;
     if let Some(reason) = unanswerable_reason(&feats, &missing, s) {
@@ -262,6 +294,24 @@ pub async fn answer_study(
             record_prompt(session.model(), r, feats.len())?,
             letters_of(r),
         ));
+    }
+    if s.mode == Mode::Official {
+        let prompts: Vec<Vec<u32>> = prompts.into_iter().map(|(p, _)| p).collect();
+        let mut stops: Vec<Stopper> = records.iter().map(|_| Stopper::default()).collect();
+        let replies = session
+            .generate_many(&prompts, &feats, s.max_new_tokens, &mut |i, _, text| {
+                stops[i].on_text(s, text)
+            })
+            .await?;
+        let ms = (clock.now_ms() - t0) / records.len() as f64;
+        let mut out = Vec::with_capacity(records.len());
+        for ((r, reply), stop) in records.iter().zip(replies).zip(stops) {
+            let mut a = unanswered(r, missing.clone());
+            a.ms = ms;
+            fill_reply(&mut a, session, &reply, stop.stopped);
+            out.push(a);
+        }
+        return Ok(out);
     }
     let scores = session.score_many(&prompts, &feats).await?;
     let ms = (clock.now_ms() - t0) / records.len() as f64;

@@ -185,6 +185,36 @@ impl Decoder {
         branches: &[(&[u32], &[Tensor<2>])],
         cache: &KvCache,
     ) -> Result<Tensor<2>, ModelError> {
+        Ok(self.branch_pass(branches, cache, Keys::Discarded)?.0)
+    }
+
+    /// [`Decoder::forward_branches`] with each branch's keys kept: also returns each branch's
+    /// own cache (the prefix, then its positions), from which it decodes as if it had been
+    /// prefilled alone.
+    pub fn forward_branches_kept(
+        &self,
+        branches: &[(&[u32], &[Tensor<2>])],
+        cache: &KvCache,
+    ) -> Result<(Tensor<2>, Vec<KvCache>), ModelError> {
+        let (h, all, segments) = self.branch_pass(branches, cache, Keys::Kept)?;
+        let q0 = cache.len;
+        let caches = segments
+            .into_iter()
+            .map(|(rows, spans)| all.branch(q0, rows.start + q0..rows.end + q0, spans))
+            .collect();
+        Ok((h, caches))
+    }
+
+    /// One pass of several branches after `cache`: their last hidden states, the cache the
+    /// pass leaves (every branch's positions after the prefix, when `keys` are kept) and each
+    /// branch's rows with the image spans it sees.
+    #[allow(clippy::type_complexity)]
+    fn branch_pass(
+        &self,
+        branches: &[(&[u32], &[Tensor<2>])],
+        cache: &KvCache,
+        keys: Keys,
+    ) -> Result<(Tensor<2>, KvCache, Vec<(Range<usize>, Vec<Range<usize>>)>), ModelError> {
         if branches.is_empty() {
             return Err(ModelError::Prompt("no branches".into()));
         }
@@ -207,12 +237,13 @@ impl Decoder {
             segments.push((start..start + n, all));
             start += n;
         }
+        let mut pass = cache.clone();
         let h = self.layers(
             crate::kernels::buffers::cat_rows(xs),
             &positions,
-            &mut cache.clone(),
+            &mut pass,
             &segments,
-            Keys::Discarded,
+            keys,
             &mut NoTrace,
         );
         let mut end = 0;
@@ -223,7 +254,7 @@ impl Decoder {
                 h.clone().slice([end - 1..end, 0..self.cfg.hidden])
             })
             .collect();
-        Ok(crate::kernels::buffers::cat_rows(last))
+        Ok((crate::kernels::buffers::cat_rows(last), pass, segments))
     }
 
     /// The decoder layers and final norm on embedded inputs `x [t, hidden]` that follow what

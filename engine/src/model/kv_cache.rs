@@ -188,6 +188,43 @@ impl KvCache {
         }
     }
 
+    /// The cache of one branch of a batched pass ([`super::Decoder::forward_branches_kept`]):
+    /// this cache's first `prefix` positions, then its positions `own`, seeing the image
+    /// `spans` (absolute, in the branch's own positions). Its buffers are its own: fitted to
+    /// its length, they grow (a copy) at its first append.
+    pub(super) fn branch(
+        &self,
+        prefix: usize,
+        own: Range<usize>,
+        spans: Vec<Range<usize>>,
+    ) -> KvCache {
+        let n = prefix + own.len();
+        let part = |t: &Tensor<3>| {
+            let [h, _, d] = t.dims();
+            let tail = t.clone().slice([0..h, own.clone(), 0..d]);
+            if prefix == 0 {
+                return tail;
+            }
+            Tensor::cat(vec![t.clone().slice([0..h, 0..prefix, 0..d]), tail], 1)
+        };
+        KvCache {
+            layers: self
+                .layers
+                .iter()
+                .map(|l| {
+                    l.as_ref().map(|l| LayerKv {
+                        k: part(&l.k),
+                        v: part(&l.v),
+                        len: n,
+                        holders: Arc::new(()),
+                    })
+                })
+                .collect(),
+            len: n,
+            image_spans: spans,
+        }
+    }
+
     /// Keeps the first `len` positions. The cut must not fall inside an image run: those
     /// positions attend to later image tokens, so their keys would be wrong without them.
     pub fn truncate(&mut self, len: usize) {

@@ -168,3 +168,72 @@ pub fn official_stopping_agrees(
     );
     (rf, rs)
 }
+
+/// Official mode over every question of `split` (replies stopped at their letter), each study's
+/// questions answered together ([`eval::answer_together`]: one batched prefill, then each
+/// reply from its own cache) and one by one: the same replies, token for token, so the same
+/// predictions. Returns how many questions were answered together.
+pub fn batched_official_agrees(
+    model: &Model,
+    split: &Split,
+    store: &Mem,
+    base: &Settings,
+) -> usize {
+    let s = Settings {
+        mode: Mode::Official,
+        stop_at_letter: true,
+        ..base.clone()
+    };
+    let records: Vec<_> = split.records.iter().collect();
+    let mut session = Session::new(model);
+    let alone: Vec<Answer> = records
+        .iter()
+        .map(|r| {
+            pollster::block_on(eval::answer(
+                &mut session,
+                r,
+                &s,
+                store,
+                &NoClock,
+                &mut |_| {},
+            ))
+            .unwrap()
+        })
+        .collect();
+    let mut session = Session::new(model);
+    let order: Vec<usize> = (0..records.len()).collect();
+    let mut together = Vec::new();
+    let mut batched = 0;
+    for group in eval::study_groups(split, &order, eval::STUDY_BATCH) {
+        let rs: Vec<_> = group.iter().map(|&i| records[i]).collect();
+        if rs.len() > 1 {
+            batched += rs.len();
+        }
+        together.extend(
+            pollster::block_on(eval::answer_together(
+                &mut session,
+                &rs,
+                &s,
+                store,
+                &NoClock,
+            ))
+            .unwrap(),
+        );
+    }
+    assert_eq!(alone.len(), together.len());
+    for (a, t) in alone.iter().zip(&together) {
+        assert_eq!(a.id, t.id);
+        assert_eq!(
+            (&a.response, a.tokens, a.stopped_at_letter, a.prediction),
+            (&t.response, t.tokens, t.stopped_at_letter, t.prediction),
+            "{}: alone vs together",
+            a.id
+        );
+    }
+    println!(
+        "official, {} questions: {batched} answered together, replies of {:?} tokens, the same alone",
+        records.len(),
+        together.iter().map(|a| a.tokens).collect::<Vec<_>>()
+    );
+    batched
+}

@@ -138,4 +138,6 @@ fn gemma3_270m_official_replies_stopped_at_the_letter_score_as_full_ones() {
         split.records.len(),
         "every question answered"
     );
+    let together = common::eval::batched_official_agrees(&model, &split, &store, &base);
+    assert_eq!(together, split.records.len());
 }

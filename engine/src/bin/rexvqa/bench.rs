@@ -169,6 +169,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             "reads_per_token": r.reads_per_token,
             "dispatches_per_question": r.dispatches_per_question,
             "dispatches_per_question_batched": r.dispatches_per_question_batched,
+            "dispatches_per_official_question_batched": r.dispatches_per_official_question_batched,
             "dispatches_per_image": r.dispatches_per_image,
             "weight_bytes_per_token": r.weight_bytes_per_token,
             "bytes_per_token": r.bytes_per_token,
