@@ -21,6 +21,23 @@ pub fn copy_positions(x: BurnTensor<3>, len: usize, cap: usize) -> BurnTensor<3>
     ))
 }
 
+/// `dst [heads, cap, d]` with the first `len` positions of `src [heads, ≥ len, d]` written at
+/// its positions `start..start + len`, in place (one dispatch). The caller's `dst` must be its
+/// own, as for [`write_rows`]. GPU devices only.
+pub fn write_positions(
+    dst: BurnTensor<3>,
+    start: usize,
+    src: BurnTensor<3>,
+    len: usize,
+) -> BurnTensor<3> {
+    BurnTensor::<3>::from_dispatch(<Dispatch as RowOps>::write_positions(
+        dst.into_dispatch(),
+        start,
+        src.into_dispatch(),
+        len,
+    ))
+}
+
 /// `dst` with `src [n, d]` written over its rows `start..start + n`. On a GPU in place, one
 /// dispatch whatever the runtime's handle count says: burn's `slice_assign` (and `cat`, made of
 /// it) copies a buffer first when the count reads shared, and a fresh one reads shared for the

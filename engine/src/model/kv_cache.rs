@@ -190,8 +190,9 @@ impl KvCache {
 
     /// The cache of one branch of a batched pass ([`super::Decoder::forward_branches_kept`]):
     /// this cache's first `prefix` positions, then its positions `own`, seeing the image
-    /// `spans` (absolute, in the branch's own positions). Its buffers are its own: fitted to
-    /// its length, they grow (a copy) at its first append.
+    /// `spans` (absolute, in the branch's own positions). Its buffers are its own: on a GPU
+    /// with room to decode into (two dispatches a buffer, and no growth at the first token),
+    /// on the CPU fitted to its length.
     pub(super) fn branch(
         &self,
         prefix: usize,
@@ -202,6 +203,14 @@ impl KvCache {
         let part = |t: &Tensor<3>| {
             let [h, _, d] = t.dims();
             let tail = t.clone().slice([0..h, own.clone(), 0..d]);
+            if crate::device::queues_work(&t.device()) {
+                let cap = (n + 1).div_ceil(GROW) * GROW;
+                let head = match prefix {
+                    0 => Tensor::<3>::empty([h, cap, d], &t.device()),
+                    _ => crate::kernels::buffers::copy_positions(t.clone(), prefix, cap),
+                };
+                return crate::kernels::buffers::write_positions(head, prefix, tail, own.len());
+            }
             if prefix == 0 {
                 return tail;
             }
@@ -274,6 +283,37 @@ mod tests {
             assert_eq!(q0, 300);
             assert_eq!(values(k1), values(Tensor::cat(vec![ab.clone(), c], 1)));
             assert_eq!(values(k2), values(Tensor::cat(vec![ab, d], 1)));
+        }
+    }
+
+    /// A branch of a batched pass holds the pass's prefix, then its own positions (not the
+    /// other branches' before them), and appends after them without touching the pass's buffers.
+    #[test]
+    fn a_branch_holds_the_prefix_then_its_own_positions() {
+        let gpu = crate::device::wgpu().expect("a wgpu adapter (lavapipe)");
+        for dev in [gpu, crate::device::cpu()] {
+            let rows = |n| Tensor::<3>::random([2, n, 8], Distribution::Default, &dev);
+            let (prefix, other, own, next) = (rows(5), rows(3), rows(4), rows(1));
+            let mut cache = KvCache::new(1);
+            for x in [&prefix, &other, &own] {
+                LayerKv::append(&mut cache.layers[0], x.clone(), x.clone() * 2.0);
+            }
+            cache.len = 12;
+            let mut branch = cache.branch(5, 8..12, vec![6..8]);
+            assert_eq!((branch.len, branch.image_spans.clone()), (9, vec![6..8]));
+            let (k, v, q0) = LayerKv::append(&mut branch.layers[0], next.clone(), next.clone());
+            assert_eq!(q0, 9);
+            let want = Tensor::cat(vec![prefix.clone(), own.clone(), next.clone()], 1);
+            assert_eq!(values(k), values(want.clone()));
+            let want_v = Tensor::cat(vec![prefix.clone() * 2.0, own.clone() * 2.0, next], 1);
+            assert_eq!(values(v), values(want_v));
+            let pass = cache.layers[0]
+                .as_ref()
+                .map(|l| l.k.clone().slice([0..2, 0..12, 0..8]));
+            assert_eq!(
+                values(pass.unwrap()),
+                values(Tensor::cat(vec![prefix, other, own], 1))
+            );
         }
     }
 
