@@ -140,6 +140,9 @@ def native_kit_rows(results):
     if is_num(off) and off > 0:
         cap = res.get("official_max_tokens")
         rows.append((f"{who}: official questions", f"{num(off)} /s" + (f" (≤ {cap} tokens)" if is_num(cap) else ""), src))
+    offb = res.get("official_questions_per_s_batched")
+    if is_num(offb) and offb > 0:
+        rows.append((f"{who}: official questions, study batched", f"{num(offb)} /s (2-token replies)", src))
     rows.append((f"{who}: peak device memory (CubeCL's count)", gib(res.get("peak_device_bytes")), src))
 
     cal = dig(load(kit / "07-calibrate.json"), "result")

@@ -91,6 +91,7 @@ fn every_figure_is_measured_with_the_mmproj() {
         ("fast cold", r.fast_questions_per_s_cold),
         ("fast batched", r.fast_questions_per_s_batched),
         ("official", r.official_questions_per_s),
+        ("official batched", r.official_questions_per_s_batched),
     ] {
         assert!(v.is_finite() && v > 0.0, "{name} = {v}");
     }
@@ -126,6 +127,7 @@ fn every_figure_is_measured_with_the_mmproj() {
             "official question",
             "cold studies",
             "a study batched",
+            "a study's official questions batched",
             "dispatch counts (dry run)"
         ]
     );

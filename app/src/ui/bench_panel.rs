@@ -62,6 +62,10 @@ fn rows(json: &str) -> Vec<(String, String)> {
             format!("{:.3}", num(&r["official_questions_per_s"])),
         ),
         (
+            "official questions/s, study batched, 2-token replies".into(),
+            format!("{:.3}", num(&r["official_questions_per_s_batched"])),
+        ),
+        (
             "wasm heap (MB)".into(),
             format!("{:.0}", num(&v["wasm_heap_bytes"]) / 1e6),
         ),

@@ -390,5 +390,19 @@ async fn studies(
         .await?;
     r.fast_questions_per_s_batched = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
     sample(model, "a study batched");
+
+    // The same study's official questions batched, each reply decoded to the tokens where real
+    // replies settle their letter (synthetic weights never settle one).
+    let t = clock.now_ms();
+    session.next_study();
+    let f = session.add_image("bench", pixels)?;
+    let prompts: Vec<Vec<u32>> = prompts.into_iter().map(|(p, _)| p).collect();
+    let go_on = &mut |_, _, _: &str| ControlFlow::Continue(());
+    let settled = counts::OFFICIAL_TOKENS;
+    session
+        .generate_many(&prompts, std::slice::from_ref(&f), settled, go_on)
+        .await?;
+    r.official_questions_per_s_batched = opts.questions as f64 / ((clock.now_ms() - t) / 1000.0);
+    sample(model, "a study's official questions batched");
     Ok(())
 }

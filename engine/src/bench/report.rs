@@ -82,6 +82,11 @@ pub struct BenchReport {
     pub fast_questions_per_s_batched: f64,
     /// Official-mode questions per second (greedy decoding, up to `official_max_tokens`).
     pub official_questions_per_s: f64,
+    /// Official-mode questions per second with a study's questions batched and each reply
+    /// decoded to [`super::counts::OFFICIAL_TOKENS`] tokens (where real replies settle their
+    /// letter): against `fast_questions_per_s_batched`, what official mode costs over fast.
+    #[serde(default)]
+    pub official_questions_per_s_batched: f64,
     /// Tokens generated per official question.
     pub official_tokens: f64,
     /// Host reads (each an await of the device) per token the official question generated:
