@@ -299,8 +299,9 @@ mod tests {
                 LayerKv::append(&mut cache.layers[0], x.clone(), x.clone() * 2.0);
             }
             cache.len = 12;
-            let mut branch = cache.branch(5, 8..12, vec![6..8]);
-            assert_eq!((branch.len, branch.image_spans.clone()), (9, vec![6..8]));
+            let spans = vec![6..8, 10..11];
+            let mut branch = cache.branch(5, 8..12, spans.clone());
+            assert_eq!((branch.len, branch.image_spans.clone()), (9, spans));
             let (k, v, q0) = LayerKv::append(&mut branch.layers[0], next.clone(), next.clone());
             assert_eq!(q0, 9);
             let want = Tensor::cat(vec![prefix.clone(), own.clone(), next.clone()], 1);
