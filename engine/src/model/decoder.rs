@@ -196,25 +196,17 @@ impl Decoder {
         branches: &[(&[u32], &[Tensor<2>])],
         cache: &KvCache,
     ) -> Result<(Tensor<2>, Vec<KvCache>), ModelError> {
-        let (h, all, segments) = self.branch_pass(branches, cache, Keys::Kept)?;
-        let q0 = cache.len;
-        let caches = segments
-            .into_iter()
-            .map(|(rows, spans)| all.branch(q0, rows.start + q0..rows.end + q0, spans))
-            .collect();
-        Ok((h, caches))
+        self.branch_pass(branches, cache, Keys::Branched)
     }
 
-    /// One pass of several branches after `cache`: their last hidden states, the cache the
-    /// pass leaves (every branch's positions after the prefix, when `keys` are kept) and each
-    /// branch's rows with the image spans it sees.
-    #[allow(clippy::type_complexity)]
+    /// One pass of several branches after `cache`, which it leaves as it was: their last hidden
+    /// states and, when the keys are [`Keys::Branched`], each branch's own cache.
     fn branch_pass(
         &self,
         branches: &[(&[u32], &[Tensor<2>])],
         cache: &KvCache,
         keys: Keys,
-    ) -> Result<(Tensor<2>, KvCache, Vec<(Range<usize>, Vec<Range<usize>>)>), ModelError> {
+    ) -> Result<(Tensor<2>, Vec<KvCache>), ModelError> {
         if branches.is_empty() {
             return Err(ModelError::Prompt("no branches".into()));
         }
@@ -237,13 +229,19 @@ impl Decoder {
             segments.push((start..start + n, all));
             start += n;
         }
-        let mut pass = cache.clone();
+        let mut own: Vec<KvCache> = match keys {
+            Keys::Branched => segments
+                .iter()
+                .map(|(r, spans)| KvCache::branch_of(cache, q0 + r.len(), spans.clone()))
+                .collect(),
+            _ => Vec::new(),
+        };
         let h = self.layers(
             crate::kernels::buffers::cat_rows(xs),
             &positions,
-            &mut pass,
+            &mut cache.clone(),
             &segments,
-            keys,
+            (keys, &mut own),
             &mut NoTrace,
         );
         let mut end = 0;
@@ -254,7 +252,7 @@ impl Decoder {
                 h.clone().slice([end - 1..end, 0..self.cfg.hidden])
             })
             .collect();
-        Ok((crate::kernels::buffers::cat_rows(last), pass, segments))
+        Ok((crate::kernels::buffers::cat_rows(last), own))
     }
 
     /// The decoder layers and final norm on embedded inputs `x [t, hidden]` that follow what
@@ -268,20 +266,28 @@ impl Decoder {
         let (q0, t) = (cache.len, x.dims()[0]);
         let positions: Vec<usize> = (q0..q0 + t).collect();
         let segments = [(0..t, cache.image_spans.clone())];
-        self.layers(x, &positions, cache, &segments, Keys::Kept, tracer)
+        self.layers(
+            x,
+            &positions,
+            cache,
+            &segments,
+            (Keys::Kept, &mut []),
+            tracer,
+        )
     }
 
     /// The decoder layers and final norm on `x [t, hidden]` at RoPE `positions`; appends `x`'s
-    /// keys and values to `cache` when they are [`Keys::Kept`]. Each segment (rows of `x`,
-    /// absolute image spans it sees) continues the cache on its own, masked as [`mask_values`]
-    /// masks a lone continuation.
+    /// keys and values to `cache` when they are [`Keys::Kept`], or copies each segment's into its
+    /// own cache of `branches` when [`Keys::Branched`]. Each segment (rows of `x`, absolute image
+    /// spans it sees) continues the cache on its own, masked as [`mask_values`] masks a lone
+    /// continuation.
     fn layers(
         &self,
         mut x: Tensor<2>,
         positions: &[usize],
         cache: &mut KvCache,
         segments: &[(Range<usize>, Vec<Range<usize>>)],
-        keys: Keys,
+        (keys, branches): (Keys, &mut [KvCache]),
         tracer: &mut dyn Tracer,
     ) -> Tensor<2> {
         let c = &self.cfg;
@@ -343,10 +349,15 @@ impl Decoder {
                 .layers
                 .get(i + 1)
                 .map_or(&self.output_norm, |l| &l.attn_norm);
-            // A discarded pass's keys live for their layer only: the slot gets its prior buffers
-            // back, so the next layer's copy can take the page this one frees.
-            let prior = (keys == Keys::Discarded).then(|| cache.layers[i].clone());
+            // A pass's keys not kept live for their layer only (each branch's copied out first):
+            // the slot gets its prior buffers back, so the next layer's copy can take the page
+            // this one frees.
+            let prior = (keys != Keys::Kept).then(|| cache.layers[i].clone());
             (x, xn) = layer.forward(i, x, xn, next_norm, inputs, &mut cache.layers[i], tracer);
+            for (own, (rows, _)) in branches.iter_mut().zip(segments) {
+                let at = rows.start + q0..rows.end + q0;
+                own.layers[i] = cache.layers[i].as_ref().map(|l| l.branch(q0, at));
+            }
             if let Some(prior) = prior {
                 cache.layers[i] = prior;
             }
@@ -461,4 +472,8 @@ enum Keys {
     /// 4B: 2 of 68 buffers; `examples/pool_memory.rs` shows the lower peak). Each layer's slot
     /// gets its buffers back.
     Discarded,
+    /// As [`Keys::Discarded`], but each layer's keys are first copied into each branch's own
+    /// cache (the prefix, then the branch's positions): the branches' caches are all the pass
+    /// keeps, never every branch's keys of every layer at once.
+    Branched,
 }

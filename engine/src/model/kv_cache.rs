@@ -20,6 +20,10 @@ use burn::tensor::Tensor;
 /// its working memory with exact caches), and a copy costs it no dispatch.
 const GROW: usize = 256;
 
+/// Spare positions a branch's cache gets on a GPU after a batched pass: a reply stopped at its
+/// official letter takes a few tokens; a longer one grows the buffers as any cache does.
+const BRANCH_ROOM: usize = 64;
+
 /// One layer's keys and values: `[kv_heads, capacity, head_dim]` buffers whose first `len`
 /// positions are valid.
 #[derive(Debug, Clone)]
@@ -122,6 +126,36 @@ impl LayerKv {
         }
     }
 
+    /// One branch's copy of this layer after a batched pass ([`KvCache::branch_of`]): the first
+    /// `prefix` positions, then positions `own` (not the other branches' before them). On a GPU
+    /// with [`BRANCH_ROOM`] positions to decode into (two dispatches a buffer), on the CPU fitted
+    /// to its length.
+    pub(super) fn branch(&self, prefix: usize, own: Range<usize>) -> LayerKv {
+        let n = prefix + own.len();
+        let part = |t: &Tensor<3>| {
+            let [h, _, d] = t.dims();
+            let tail = t.clone().slice([0..h, own.clone(), 0..d]);
+            if crate::device::queues_work(&t.device()) {
+                let cap = n + BRANCH_ROOM;
+                let head = match prefix {
+                    0 => Tensor::<3>::empty([h, cap, d], &t.device()),
+                    _ => crate::kernels::buffers::copy_positions(t.clone(), prefix, cap),
+                };
+                return crate::kernels::buffers::write_positions(head, prefix, tail, own.len());
+            }
+            if prefix == 0 {
+                return tail;
+            }
+            Tensor::cat(vec![t.clone().slice([0..h, 0..prefix, 0..d]), tail], 1)
+        };
+        LayerKv {
+            k: part(&self.k),
+            v: part(&self.v),
+            len: n,
+            holders: Arc::new(()),
+        }
+    }
+
     /// Puts written buffers back into `slot` with positions `0..len + t` valid; returns views
     /// of them and `len`.
     fn commit(
@@ -188,48 +222,12 @@ impl KvCache {
         }
     }
 
-    /// The cache of one branch of a batched pass ([`super::Decoder::forward_branches_kept`]):
-    /// this cache's first `prefix` positions, then its positions `own`, seeing the image
-    /// `spans` (absolute, in the branch's own positions). Its buffers are its own: on a GPU
-    /// with room to decode into (two dispatches a buffer, and no growth at the first token),
-    /// on the CPU fitted to its length.
-    pub(super) fn branch(
-        &self,
-        prefix: usize,
-        own: Range<usize>,
-        spans: Vec<Range<usize>>,
-    ) -> KvCache {
-        let n = prefix + own.len();
-        let part = |t: &Tensor<3>| {
-            let [h, _, d] = t.dims();
-            let tail = t.clone().slice([0..h, own.clone(), 0..d]);
-            if crate::device::queues_work(&t.device()) {
-                let cap = (n + 1).div_ceil(GROW) * GROW;
-                let head = match prefix {
-                    0 => Tensor::<3>::empty([h, cap, d], &t.device()),
-                    _ => crate::kernels::buffers::copy_positions(t.clone(), prefix, cap),
-                };
-                return crate::kernels::buffers::write_positions(head, prefix, tail, own.len());
-            }
-            if prefix == 0 {
-                return tail;
-            }
-            Tensor::cat(vec![t.clone().slice([0..h, 0..prefix, 0..d]), tail], 1)
-        };
+    /// An empty cache for one branch of a batched pass over `prefix` (the same layers): `len`
+    /// positions and the image `spans` it sees once [`LayerKv::branch`] fills its layers.
+    pub(super) fn branch_of(prefix: &KvCache, len: usize, spans: Vec<Range<usize>>) -> KvCache {
         KvCache {
-            layers: self
-                .layers
-                .iter()
-                .map(|l| {
-                    l.as_ref().map(|l| LayerKv {
-                        k: part(&l.k),
-                        v: part(&l.v),
-                        len: n,
-                        holders: Arc::new(()),
-                    })
-                })
-                .collect(),
-            len: n,
+            layers: vec![None; prefix.layers.len()],
+            len,
             image_spans: spans,
         }
     }
@@ -299,10 +297,9 @@ mod tests {
                 LayerKv::append(&mut cache.layers[0], x.clone(), x.clone() * 2.0);
             }
             cache.len = 12;
-            let spans = vec![6..8, 10..11];
-            let mut branch = cache.branch(5, 8..12, spans.clone());
-            assert_eq!((branch.len, branch.image_spans.clone()), (9, spans));
-            let (k, v, q0) = LayerKv::append(&mut branch.layers[0], next.clone(), next.clone());
+            let mut branch = cache.layers[0].as_ref().map(|l| l.branch(5, 8..12));
+            assert_eq!(branch.as_ref().map(|l| l.len), Some(9));
+            let (k, v, q0) = LayerKv::append(&mut branch, next.clone(), next.clone());
             assert_eq!(q0, 9);
             let want = Tensor::cat(vec![prefix.clone(), own.clone(), next.clone()], 1);
             assert_eq!(values(k), values(want.clone()));
